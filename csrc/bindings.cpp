@@ -1,0 +1,91 @@
+// Python bindings of torch_spyre._C. The only translation unit that includes
+// torch/extension.h (it alone costs ~20 s to compile). Streams cross the
+// boundary as (stream_id, device_index) pairs; torch_spyre wraps them in
+// torch.Stream subclasses.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "spyre_generator.h"
+#include "spyre_runtime.h"
+#include "spyre_stream.h"
+
+namespace py = pybind11;
+
+namespace spyre {
+namespace {
+
+using StreamKey = std::pair<c10::StreamId, int>;
+
+StreamKey key(const SpyreStream& stream) {
+  return {stream.id(), static_cast<int>(stream.device_index())};
+}
+
+SpyreStream fromKey(c10::StreamId id, int device_index) {
+  return SpyreStream(c10::Stream(c10::Stream::UNSAFE,
+                                 c10::Device(c10::DeviceType::PrivateUse1,
+                                             static_cast<c10::DeviceIndex>(device_index)),
+                                 id));
+}
+
+c10::DeviceIndex deviceArg(int index) {
+  TORCH_CHECK(index >= -1 && index <= std::numeric_limits<c10::DeviceIndex>::max(),
+              "Invalid device index ", index, ": expected -1 (current device) or an index >= 0");
+  return static_cast<c10::DeviceIndex>(index);
+}
+
+void bindRuntime(py::module_& m) {
+  m.attr("_device_type") = static_cast<int>(c10::DeviceType::PrivateUse1);
+  m.def("start_runtime", &startRuntime, "Start the Spyre runtime (once per process).");
+  m.def("free_runtime", &freeRuntime,
+        "Drop the runtime context; restarting in the same process is not supported.");
+  m.def("_is_initialized", [] { return isRuntimeStarted(); });
+  m.def("_is_in_bad_fork", &isInBadFork);
+  m.def("device_count", [] { return static_cast<int>(deviceCount()); });
+  m.def("current_device", [] { return static_cast<int>(currentDevice()); });
+  m.def("set_device", [](int index) { setCurrentDevice(deviceArg(index)); });
+  m.def("_bound_device", [] { return static_cast<int>(boundDevice()); });
+}
+
+void bindStreams(py::module_& m) {
+  m.def("_get_stream_from_pool",
+        [](int device, int priority) { return key(getStreamFromPool(deviceArg(device), priority)); },
+        py::arg("device"), py::arg("priority"));
+  m.def("_current_stream", [](int device) { return key(getCurrentStream(deviceArg(device))); });
+  m.def("_default_stream", [](int device) { return key(getDefaultStream(deviceArg(device))); });
+  m.def("_set_current_stream", [](c10::StreamId id, int device) {
+    return key(setCurrentStream(fromKey(id, device)));
+  });
+  m.def("_synchronize", [](int device) { synchronizeDevice(deviceArg(device)); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_sleep", [](double milliseconds) { getCurrentStream(-1).launchDelay(milliseconds); });
+  m.def("_mapped_stream_count", &mappedStreamCount);
+}
+
+void bindGenerators(py::module_& m) {
+  m.def("_get_default_generator", [](int device) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(defaultGenerator(deviceArg(device))));
+  });
+}
+
+void bindTesting(py::module_& m) {
+  py::class_<flex::test::Gate>(m, "_Gate")
+      .def(py::init<>())
+      .def("enqueue",
+           [](flex::test::Gate& gate, c10::StreamId id, int device) {
+             gate.enqueueOn(fromKey(id, device).resolveRuntimeHandle());
+           })
+      .def("release", &flex::test::Gate::release)
+      .def_property_readonly("blocked_streams", &flex::test::Gate::blockedStreams);
+}
+
+}  // namespace
+}  // namespace spyre
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_spyre native extension: Spyre runtime, streams and tensors";
+  spyre::bindRuntime(m);
+  spyre::bindStreams(m);
+  spyre::bindGenerators(m);
+  spyre::bindTesting(m);
+}

@@ -1,0 +1,28 @@
+// Device and pinned-host memory for spyre tensors.
+//
+// Device memory comes from the flex runtime (RuntimeContext::allocate). Frees
+// are stream-ordered: a block freed on the host while its allocation stream, or
+// any stream it was recorded on (recordStream), still has work queued is handed
+// back to the runtime only after that work has finished.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+
+#include "spyre_stream.h"
+
+namespace spyre {
+
+// The c10::DeviceAllocator registered for PrivateUse1.
+c10::Allocator* deviceAllocator();
+// Keep the block behind `data_ptr` from being reused until the work launched
+// on `stream` so far has finished. Ignores pointers this allocator did not make.
+void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream);
+
+// The at::HostAllocator registered for PrivateUse1 (pinned host memory).
+c10::Allocator* pinnedHostAllocator();
+bool isPinnedPtr(const void* ptr);
+// The device of a device pointer; raises for a pointer that is not one.
+c10::Device deviceFromPtr(void* ptr);
+
+}  // namespace spyre

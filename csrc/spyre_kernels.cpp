@@ -1,0 +1,321 @@
+// ATen kernels for PrivateUse1.
+//
+// Every piece of device work runs on the *current stream* of the device:
+// copies are DMA (or, for strided / converting copies, a compute operation on
+// the device timeline), fills are device fills. Ops without a kernel here take
+// the boxed CPU fallback, which copies inputs to the host (a blocking D2H, so
+// it sees all work queued before it on the current stream), runs the CPU
+// kernel and copies results back (a blocking H2D): correct stream order at the
+// cost of synchronizing the current stream twice per op.
+#include <ATen/ATen.h>
+#include <ATen/CPUFunctions.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "spyre_allocator.h"
+#include "spyre_generator.h"
+#include "spyre_runtime.h"
+#include "spyre_stream.h"
+
+namespace spyre {
+namespace {
+
+constexpr c10::DispatchKeySet kSpyreKeys(c10::DispatchKey::PrivateUse1);
+
+void checkFactoryArgs(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "spyre tensors must be strided, got layout ", c10::layout_or_default(layout));
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "pin_memory=True is only valid for CPU tensors, not spyre tensors");
+}
+
+c10::Device spyreDevice(std::optional<c10::Device> device) {
+  const c10::Device d = c10::device_or_default(device);
+  TORCH_CHECK(d.is_privateuseone(), "expected a spyre device, got ", d);
+  return c10::Device(c10::DeviceType::PrivateUse1, ensureDevice(d.index()));
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  checkFactoryArgs(layout, pin_memory);
+  const c10::DeviceGuard guard(spyreDevice(device));
+  return at::detail::empty_generic(size, deviceAllocator(), kSpyreKeys,
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  checkFactoryArgs(layout, pin_memory);
+  const c10::DeviceGuard guard(spyreDevice(device));
+  return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kSpyreKeys,
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
+                      c10::SymIntArrayRef stride, std::optional<c10::SymInt> storage_offset) {
+  return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
+                         c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
+                                    C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  // Growing a storage copies its old bytes on the host: let queued work on the
+  // current stream land first.
+  if (self.storage().nbytes() > 0) {
+    getCurrentStream(self.device().index()).synchronize();
+  }
+  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+}
+
+at::Tensor& set_source_Tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& set_source_Storage(at::Tensor& self, at::Storage source) {
+  return at::native::set_(self, std::move(source));
+}
+
+at::Tensor& set_source_Storage_storage_offset(at::Tensor& self, at::Storage source,
+                                              c10::SymInt storage_offset,
+                                              c10::SymIntArrayRef size,
+                                              c10::SymIntArrayRef stride) {
+  return at::cpu::set_(self, std::move(source), storage_offset.expect_int(),
+                       C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+// A CPU tensor aliasing a spyre tensor's memory, for use *inside* device work only.
+at::Tensor deviceView(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+}
+
+bool isDmaCompatible(const at::Tensor& src, const at::Tensor& dst) {
+  return src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() &&
+         !src.is_conj() && !dst.is_conj() && !src.is_neg() && !dst.is_neg();
+}
+
+bool hostIsPinned(const at::Tensor& host) {
+  return isPinnedPtr(host.storage().data());
+}
+
+// `dst` (spyre) <- `src`, on `stream`. Keeps both tensors alive until the
+// work has run, and records dst's block on the stream so it is not freed early.
+void launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst) {
+  const size_t nbytes = dst.numel() * dst.element_size();
+  if (nbytes == 0) {
+    return;
+  }
+  if (isDmaCompatible(src, dst)) {
+    auto keep_alive = [src, dst] {};
+    if (src.is_cpu()) {
+      stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, keep_alive);
+    } else if (dst.is_cpu()) {
+      stream.launchD2H(src.const_data_ptr(), dst.data_ptr(), nbytes, keep_alive);
+    } else {
+      stream.launchD2D(src.const_data_ptr(), dst.data_ptr(), nbytes);
+    }
+  } else {
+    // Strided and/or converting copy: run ATen's CPU copy on the device timeline.
+    stream.launchCompute(
+        [src, dst] {
+          at::Tensor to = dst.is_cpu() ? dst : deviceView(dst);
+          to.copy_(src.is_cpu() ? src : deviceView(src));
+        },
+        "copy", nbytes);
+  }
+  for (const at::Tensor& t : {src, dst}) {
+    if (!t.is_cpu()) {
+      recordStream(t.storage().data_ptr(), stream);
+    }
+  }
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const bool src_spyre = self.is_privateuseone();
+  const bool dst_spyre = dst.is_privateuseone();
+  TORCH_CHECK((src_spyre || self.is_cpu()) && (dst_spyre || dst.is_cpu()),
+              "spyre copy: cannot copy from ", self.device(), " to ", dst.device(),
+              " (spyre copies go between spyre and cpu)");
+  TORCH_CHECK(self.sizes() == dst.sizes() || dst.numel() == self.numel(),
+              "spyre copy: size mismatch, src ", self.sizes(), " vs dst ", dst.sizes());
+  const c10::DeviceIndex index = ensureDevice((dst_spyre ? dst : self).device().index());
+  if (src_spyre && dst_spyre) {
+    ensureDevice(self.device().index());
+  }
+  const SpyreStream stream = getCurrentStream(index);
+  at::Tensor src = self;
+  if (src.sizes() != dst.sizes()) {
+    src = src.view(dst.sizes());
+  }
+  launchCopy(stream, src, dst);
+  // Device-to-device copies are stream ordered like any device work. A copy
+  // that touches pageable host memory completes before returning, as on CUDA;
+  // only a non_blocking copy with pinned host memory returns at once.
+  const at::Tensor& host = src_spyre ? dst : self;
+  const bool touches_host = !(src_spyre && dst_spyre);
+  if (touches_host && !(non_blocking && hostIsPinned(host))) {
+    stream.synchronize();
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_(dst, self.sizes(), std::nullopt);
+  return copy_from(self, dst, /*non_blocking=*/false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  copy_from(self.reshape({}), host, /*non_blocking=*/false);
+  return at::native::_local_scalar_dense_cpu(host);
+}
+
+std::optional<flex::DataFormats> fillFormat(c10::ScalarType type) {
+  switch (type) {
+    case c10::kFloat: return flex::DataFormats::FP32;
+    case c10::kHalf: return flex::DataFormats::FP16;
+    case c10::kBFloat16: return flex::DataFormats::BF16;
+    case c10::kChar: return flex::DataFormats::INT8;
+    case c10::kShort: return flex::DataFormats::INT16;
+    case c10::kInt: return flex::DataFormats::INT32;
+    case c10::kLong: return flex::DataFormats::INT64;
+    case c10::kByte:
+    case c10::kBool: return flex::DataFormats::BYTES;
+    default: return std::nullopt;
+  }
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  const SpyreStream stream = getCurrentStream(self.device().index());
+  const size_t nbytes = self.numel() * self.element_size();
+  if (nbytes == 0) {
+    return self;
+  }
+  const auto format = fillFormat(self.scalar_type());
+  if (format && self.is_non_overlapping_and_dense() && !value.isComplex()) {
+    stream.launchFill(self.data_ptr(), nbytes,
+                      self.scalar_type() == c10::kBool ? (value.to<bool>() ? 1.0 : 0.0)
+                                                       : value.toDouble(),
+                      *format);
+  } else {
+    stream.launchCompute([self, value] { deviceView(self).fill_(value); }, "fill", nbytes);
+  }
+  recordStream(self.storage().data_ptr(), stream);
+  return self;
+}
+
+at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
+              value.dim(), " dimensions.");
+  return fill_scalar(self, value.item());
+}
+
+at::Tensor& zero_(at::Tensor& self) {
+  return fill_scalar(self, 0);
+}
+
+// Random fills draw from the device generator on the host at launch time (so
+// results follow program order, whatever the streams) and reach the device
+// with a stream-ordered copy.
+template <typename Draw>
+at::Tensor& randomFill(at::Tensor& self, const std::optional<at::Generator>& generator,
+                       Draw draw) {
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+  draw(host, cpuGeneratorOf(generator));
+  launchCopy(getCurrentStream(self.device().index()), host, self);
+  return self;
+}
+
+at::Tensor& normal_(at::Tensor& self, double mean, double std,
+                    std::optional<at::Generator> generator) {
+  return randomFill(self, generator,
+                    [&](at::Tensor& h, const at::Generator& g) { h.normal_(mean, std, g); });
+}
+
+at::Tensor& uniform_(at::Tensor& self, double from, double to,
+                     std::optional<at::Generator> generator) {
+  return randomFill(self, generator,
+                    [&](at::Tensor& h, const at::Generator& g) { h.uniform_(from, to, g); });
+}
+
+at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                        std::optional<at::Generator> generator) {
+  return randomFill(self, generator,
+                    [&](at::Tensor& h, const at::Generator& g) { h.random_(from, to, g); });
+}
+
+at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> generator) {
+  return randomFill(self, generator,
+                    [&](at::Tensor& h, const at::Generator& g) { h.random_(to, g); });
+}
+
+at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> generator) {
+  return randomFill(self, generator,
+                    [&](at::Tensor& h, const at::Generator& g) { h.random_(g); });
+}
+
+at::Tensor& bernoulli_float(at::Tensor& self, double p, std::optional<at::Generator> generator) {
+  return randomFill(self, generator,
+                    [&](at::Tensor& h, const at::Generator& g) { h.bernoulli_(p, g); });
+}
+
+at::Tensor& exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> generator) {
+  return randomFill(self, generator,
+                    [&](at::Tensor& h, const at::Generator& g) { h.exponential_(lambd, g); });
+}
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  recordStream(self.storage().data_ptr(), SpyreStream(stream));
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  at::native::cpu_fallback(op, stack);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_Tensor));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_Storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_Storage_storage_offset));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
+  m.impl("fill_.Tensor", TORCH_FN(fill_tensor));
+  m.impl("zero_", TORCH_FN(zero_));
+  m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("normal_", TORCH_FN(normal_));
+  m.impl("uniform_", TORCH_FN(uniform_));
+  m.impl("random_.from", TORCH_FN(random_from));
+  m.impl("random_.to", TORCH_FN(random_to));
+  m.impl("random_", TORCH_FN(random_));
+  m.impl("bernoulli_.float", TORCH_FN(bernoulli_float));
+  m.impl("exponential_", TORCH_FN(exponential_));
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+}  // namespace
+}  // namespace spyre

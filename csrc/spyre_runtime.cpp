@@ -1,0 +1,196 @@
+#include "spyre_runtime.h"
+
+#include <pthread.h>
+
+#include <cstdlib>
+#include <string>
+
+#include <c10/util/CallOnce.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/utils/device_lazy_init.h>
+
+#include "spyre_stream.h"
+
+namespace spyre {
+
+namespace {
+
+constexpr const char* kShutdownMessage =
+    "The Spyre runtime was shut down by free_runtime(); restarting it in the same "
+    "process is not supported (start a new process)";
+constexpr const char* kForkMessage =
+    "Cannot re-initialize Spyre in forked subprocess. To use Spyre with "
+    "multiprocessing, you must use the 'spawn' start method";
+
+std::atomic<flex::RuntimeContext*>& runtimeSlot() {
+  static std::atomic<flex::RuntimeContext*> context{nullptr};
+  return context;
+}
+
+std::atomic<bool> runtime_freed{false};
+
+// LOCAL_RANK (set by torchrun) or 0; read once. A malformed value is reported
+// on every use rather than silently replaced.
+c10::DeviceIndex defaultDeviceIndex() {
+  static const std::pair<int, std::string> parsed = []() -> std::pair<int, std::string> {
+    const char* env = std::getenv("LOCAL_RANK");
+    if (env == nullptr || *env == '\0') {
+      return {0, ""};
+    }
+    char* end = nullptr;
+    long value = std::strtol(env, &end, 10);
+    if (*end != '\0' || value < 0 || value > 127) {
+      return {-1, std::string("LOCAL_RANK='") + env +
+                      "' is not a valid device index (expected an integer in [0, 127])"};
+    }
+    return {static_cast<int>(value), ""};
+  }();
+  TORCH_CHECK(parsed.second.empty(), parsed.second);
+  return static_cast<c10::DeviceIndex>(parsed.first);
+}
+
+// -1 until the thread first asks: then LOCAL_RANK (or 0).
+thread_local c10::DeviceIndex tls_idx = -1;
+
+void markForkedChild() {
+  // The child has the parent's memory but none of the runtime's threads.
+  if (detail::bound_device.load() != detail::kUnbound) {
+    detail::bound_device.store(detail::kForked);
+  }
+}
+
+void startRuntimeOnce() {
+  const c10::DeviceIndex logical_device_id = currentDevice();
+  const c10::DeviceIndex visible = deviceCount();
+  TORCH_CHECK(
+      logical_device_id >= 0 && logical_device_id < visible,
+      "Device index out of bounds. logical_device_id=", static_cast<int>(logical_device_id),
+      ", number of visible devices=", static_cast<int>(visible));
+  flex::RuntimeContext* context = flex::RuntimeContext::create(logical_device_id);
+  TORCH_CHECK(context != nullptr, "Failed to initialize Spyre runtime for device ",
+              static_cast<int>(logical_device_id));
+  GlobalRuntime::set(context);
+  initializeStreamPool(logical_device_id);
+  static std::once_flag fork_handler;
+  std::call_once(fork_handler, [] { pthread_atfork(nullptr, nullptr, markForkedChild); });
+  // Tell torch the device is initialized even when the runtime was started
+  // from C++ (e.g. by torch.Stream()), so torch.accelerator.synchronize() works.
+  torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false);
+  detail::bound_device.store(logical_device_id, std::memory_order_release);
+}
+
+}  // namespace
+
+namespace detail {
+std::atomic<int> bound_device{kUnbound};
+
+void throwDeviceNotUsable(c10::DeviceIndex requested) {
+  const int bound = bound_device.load();
+  TORCH_CHECK(bound != kForked, kForkMessage);
+  TORCH_CHECK(
+      false, "Only one Spyre device per process is supported: this process is bound to spyre:",
+      bound, " but spyre:", static_cast<int>(requested),
+      " was requested (run one process per device, e.g. with torchrun)");
+}
+
+void ensureDeviceSlow(c10::DeviceIndex requested) {
+  if (bound_device.load(std::memory_order_acquire) == kUnbound) {
+    startRuntime();
+  }
+  if (bound_device.load(std::memory_order_acquire) != requested) {
+    throwDeviceNotUsable(requested);
+  }
+}
+}  // namespace detail
+
+flex::RuntimeContext* GlobalRuntime::get() {
+  return runtimeSlot().load(std::memory_order_acquire);
+}
+
+void GlobalRuntime::set(flex::RuntimeContext* context) {
+  runtimeSlot().store(context, std::memory_order_release);
+}
+
+void GlobalRuntime::reset() {
+  runtimeSlot().store(nullptr, std::memory_order_release);
+}
+
+c10::DeviceIndex deviceCount() {
+  try {
+    return static_cast<c10::DeviceIndex>(flex::getNumDevices());
+  } catch (const flex::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+c10::DeviceIndex deviceCountNoThrow() noexcept {
+  try {
+    return deviceCount();
+  } catch (...) {
+    return 0;
+  }
+}
+
+c10::DeviceIndex currentDevice() {
+  if (C10_UNLIKELY(tls_idx < 0)) {
+    tls_idx = defaultDeviceIndex();
+  }
+  return tls_idx;
+}
+
+void setCurrentDevice(c10::DeviceIndex index) {
+  const c10::DeviceIndex count = deviceCount();
+  TORCH_CHECK(index >= 0 && index < count, "Invalid device index ", static_cast<int>(index),
+              ": out of range for ", static_cast<int>(count),
+              " visible Spyre device(s) (expected an index in [0, ", static_cast<int>(count),
+              "))");
+  tls_idx = index;
+}
+
+void setCurrentDeviceUnchecked(c10::DeviceIndex index) noexcept {
+  tls_idx = index;
+}
+
+void startRuntime() {
+  static c10::once_flag started;
+  TORCH_CHECK(!runtime_freed.load(), kShutdownMessage);
+  TORCH_CHECK(detail::bound_device.load() != detail::kForked, kForkMessage);
+  // c10::call_once rather than std::call_once: libstdc++'s can hang when the
+  // callable threw and a later call retries (GCC bug 66146); a failed start
+  // must be retryable.
+  c10::call_once(started, startRuntimeOnce);
+}
+
+void freeRuntime() {
+  runtime_freed.store(true);
+  GlobalRuntime::reset();
+}
+
+bool isRuntimeStarted() {
+  return detail::bound_device.load() >= 0;
+}
+
+bool isInBadFork() {
+  return detail::bound_device.load() == detail::kForked;
+}
+
+flex::RuntimeContext* runtimeContext() {
+  flex::RuntimeContext* context = GlobalRuntime::get();
+  if (C10_LIKELY(context != nullptr)) {
+    return context;
+  }
+  TORCH_CHECK(!runtime_freed.load(), kShutdownMessage);
+  TORCH_CHECK(detail::bound_device.load() != detail::kForked, kForkMessage);
+  startRuntime();
+  return GlobalRuntime::get();
+}
+
+c10::DeviceIndex boundDevice() {
+  if (C10_UNLIKELY(detail::bound_device.load(std::memory_order_acquire) < 0)) {
+    TORCH_CHECK(detail::bound_device.load() != detail::kForked, kForkMessage);
+    startRuntime();
+  }
+  return static_cast<c10::DeviceIndex>(detail::bound_device.load(std::memory_order_acquire));
+}
+
+}  // namespace spyre

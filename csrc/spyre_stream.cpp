@@ -1,0 +1,256 @@
+#include "spyre_stream.h"
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <c10/util/CallOnce.h>
+#include <c10/util/Exception.h>
+
+#include "spyre_runtime.h"
+
+namespace spyre {
+
+namespace {
+
+struct StreamPool {
+  mutable std::shared_mutex mutex;
+  // Non-owning: every pointer is borrowed from the flex runtime. Append-only.
+  std::unordered_map<c10::StreamId, flex::RuntimeStream*> stream_handle_map;
+  std::vector<c10::StreamId> low_priority_streams;
+  std::vector<c10::StreamId> high_priority_streams;
+  size_t next_low_priority_idx = 0;
+  size_t next_high_priority_idx = 0;
+  // Touched only under `mutex` (upstream indexed its once-flag map unlocked).
+  std::unordered_map<c10::DeviceIndex, bool> device_init_flags;
+  // One flag per pool id: its flex stream is created once, outside `mutex`.
+  std::array<c10::once_flag, kNumPoolStreamIds> creation_flags;
+};
+
+// Leaked on purpose: handles may be resolved from static destructors.
+StreamPool& streamPool() {
+  static StreamPool* pool = new StreamPool();
+  return *pool;
+}
+
+thread_local c10::StreamId tls_current_stream_id = kDefaultStreamId;
+
+c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+
+void initializeStreamPoolImpl(c10::DeviceIndex device) {
+  StreamPool& pool = streamPool();
+  std::unique_lock<std::shared_mutex> lock(pool.mutex);
+  if (pool.device_init_flags[device]) {
+    return;
+  }
+  TORCH_CHECK(pool.device_init_flags.size() == 1,
+              "initializeStreamPoolImpl: the stream pool already serves another device; "
+              "cannot initialize it for spyre:", static_cast<int>(device),
+              " (one Spyre device per process)");
+  flex::RuntimeContext* context = GlobalRuntime::get();
+  TORCH_CHECK(context != nullptr, "initializeStreamPoolImpl: the Spyre runtime is not started");
+  pool.stream_handle_map.emplace(kDefaultStreamId, context->getDefaultStream());
+  for (int i = 0; i < kStreamsPerPool; ++i) {
+    pool.low_priority_streams.push_back(kFirstLowPriorityStreamId + i);
+    pool.high_priority_streams.push_back(kFirstHighPriorityStreamId + i);
+  }
+  pool.next_low_priority_idx = 0;
+  pool.next_high_priority_idx = 0;
+  pool.device_init_flags[device] = true;
+}
+
+// Create the flex stream behind a pool id on its first hand-out. The creation
+// runs outside the pool lock (readers never wait for it); the insert takes the
+// write lock only for the map update.
+void createRuntimeStream(c10::StreamId id, bool high_priority) {
+  StreamPool& pool = streamPool();
+  c10::call_once(pool.creation_flags[id], [&] {
+    flex::RuntimeStream* handle = runtimeContext()->createStream(
+        high_priority ? flex::RuntimeStreamPriority::HIGH : flex::RuntimeStreamPriority::NORMAL,
+        flex::RuntimeStreamMode::STRICT_ORDERING, /*track_hazards=*/false);
+    std::unique_lock<std::shared_mutex> lock(pool.mutex);
+    pool.stream_handle_map.emplace(id, handle);
+  });
+}
+
+}  // namespace
+
+void initializeStreamPool(c10::DeviceIndex device) {
+  initializeStreamPoolImpl(device);
+}
+
+size_t mappedStreamCount() {
+  StreamPool& pool = streamPool();
+  std::shared_lock<std::shared_mutex> lock(pool.mutex);
+  return pool.stream_handle_map.size();
+}
+
+SpyreStream::SpyreStream(c10::Stream stream) : stream_(stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "SpyreStream requires a spyre (PrivateUse1) stream, got a stream of device type ",
+              stream.device_type());
+}
+
+int SpyreStream::priority() const {
+  return id() >= kFirstHighPriorityStreamId && id() < kNumPoolStreamIds ? -1 : 0;
+}
+
+flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
+  ensureDevice(device_index());
+  StreamPool& pool = streamPool();
+  std::shared_lock<std::shared_mutex> lock(pool.mutex);
+  auto it = pool.stream_handle_map.find(id());
+  TORCH_CHECK(it != pool.stream_handle_map.end(), "SpyreStream: no flex handle for stream id ",
+              id(), " on spyre:", static_cast<int>(device_index()),
+              " (ids 0-64 are valid and mapped when first handed out by the pool; "
+              "create streams with torch.spyre.Stream() or torch.Stream(device='spyre'))");
+  return it->second;
+}
+
+bool SpyreStream::query() const {
+  return resolveRuntimeHandle()->query();
+}
+
+void SpyreStream::synchronize() const {
+  resolveRuntimeHandle()->synchronize();
+}
+
+void SpyreStream::launchH2D(const void* host, void* device, size_t nbytes,
+                            std::function<void()> keep_alive) const {
+  flex::CompositeAddress address(device, nbytes);
+  flex::DmaParams params(const_cast<void*>(host), nbytes, /*to_dev=*/true, &address);
+  params.callback = std::move(keep_alive);
+  resolveRuntimeHandle()->launchOperationH2D(&params);
+}
+
+void SpyreStream::launchD2H(const void* device, void* host, size_t nbytes,
+                            std::function<void()> keep_alive) const {
+  flex::CompositeAddress address(const_cast<void*>(device), nbytes);
+  flex::DmaParams params(host, nbytes, /*to_dev=*/false, &address);
+  params.callback = std::move(keep_alive);
+  resolveRuntimeHandle()->launchOperationD2H(&params);
+}
+
+void SpyreStream::launchD2D(const void* src, void* dst, size_t nbytes) const {
+  flex::D2DParams params;
+  params.src = flex::CompositeAddress(const_cast<void*>(src), nbytes);
+  params.dst = flex::CompositeAddress(dst, nbytes);
+  params.size = nbytes;
+  resolveRuntimeHandle()->launchOperationD2D(&params);
+}
+
+void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size_t bytes) const {
+  flex::ComputeParams params;
+  params.fn = std::move(fn);
+  params.name = name;
+  params.bytes = bytes;
+  resolveRuntimeHandle()->launchOperationCompute(&params);
+}
+
+void SpyreStream::launchHostCallback(std::function<void()> fn, const char* name) const {
+  flex::HostCallbackParams params;
+  params.fn = std::move(fn);
+  params.name = name;
+  resolveRuntimeHandle()->launchOperationHostCallback(&params);
+}
+
+void SpyreStream::launchFill(void* device, size_t nbytes, double value,
+                             flex::DataFormats format) const {
+  flex::CompositeAddress address(device, nbytes);
+  resolveRuntimeHandle()->fillAsync(&address, value, format);
+}
+
+void SpyreStream::launchDelay(double milliseconds) const {
+  TORCH_CHECK(std::isfinite(milliseconds) && milliseconds >= 0,
+              "delay must be a finite, non-negative number of milliseconds, got ", milliseconds);
+  resolveRuntimeHandle()->launchOperationDelay(
+      std::chrono::nanoseconds(std::llround(milliseconds * 1e6)));
+}
+
+std::ostream& operator<<(std::ostream& os, const SpyreStream& stream) {
+  return os << "SpyreStream(device=spyre:" << static_cast<int>(stream.device_index())
+            << ", id=" << stream.id() << ")";
+}
+
+SpyreStream getStreamFromPool(c10::DeviceIndex device, int priority) {
+  device = ensureDevice(device);
+  StreamPool& pool = streamPool();
+  const bool high_priority = priority < 0;
+  c10::StreamId id = 0;
+  bool mapped = false;
+  {
+    std::unique_lock<std::shared_mutex> lock(pool.mutex);
+    auto& ids = high_priority ? pool.high_priority_streams : pool.low_priority_streams;
+    auto& next = high_priority ? pool.next_high_priority_idx : pool.next_low_priority_idx;
+    id = ids[next];
+    next = (next + 1) % ids.size();
+    mapped = pool.stream_handle_map.count(id) != 0;
+  }
+  if (!mapped) {
+    createRuntimeStream(id, high_priority);
+  }
+  return SpyreStream(makeStream(device, id));
+}
+
+SpyreStream getDefaultStream(c10::DeviceIndex device) {
+  return SpyreStream(makeStream(ensureDevice(device), kDefaultStreamId));
+}
+
+SpyreStream getCurrentStream(c10::DeviceIndex device) {
+  return SpyreStream(makeStream(ensureDevice(device), tls_current_stream_id));
+}
+
+SpyreStream setCurrentStream(SpyreStream stream) {
+  stream.resolveRuntimeHandle();  // reject unmapped ids and other devices now
+  SpyreStream previous(makeStream(stream.device_index(), tls_current_stream_id));
+  tls_current_stream_id = stream.id();
+  return previous;
+}
+
+void synchronizeDevice(c10::DeviceIndex device) {
+  ensureDevice(device);
+  StreamPool& pool = streamPool();
+  std::array<flex::RuntimeStream*, kNumPoolStreamIds> handles{};
+  size_t count = 0;
+  {
+    std::shared_lock<std::shared_mutex> lock(pool.mutex);
+    for (const auto& entry : pool.stream_handle_map) {
+      handles[count++] = entry.second;
+    }
+  }
+  // Blocking work happens after the read lock is released. Every stream is
+  // drained even if one reports an error; the first error is rethrown.
+  std::exception_ptr first_error;
+  for (size_t i = 0; i < count; ++i) {
+    try {
+      handles[i]->synchronize();
+    } catch (...) {
+      if (!first_error) {
+        first_error = std::current_exception();
+      }
+    }
+  }
+  if (first_error) {
+    std::rethrow_exception(first_error);
+  }
+}
+
+flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device) {
+  device = ensureDevice(device);
+  StreamPool& pool = streamPool();
+  std::shared_lock<std::shared_mutex> lock(pool.mutex);
+  auto it = pool.stream_handle_map.find(kDefaultStreamId);
+  TORCH_CHECK(it != pool.stream_handle_map.end(),
+              "no flex handle for the default stream of spyre:", static_cast<int>(device),
+              " (the stream pool is not initialized)");
+  return it->second;
+}
+
+}  // namespace spyre

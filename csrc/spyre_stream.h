@@ -1,0 +1,115 @@
+// SpyreStream and the StreamPool.
+//
+// Stream pool note (docs/streams.md has the full version and the diagram)
+// ------------------------------------------------------------------------
+// Ownership. flex::RuntimeContext (GlobalRuntime::get()) creates and owns every
+// flex::RuntimeStream. The StreamPool keeps *non-owning* flex::RuntimeStream*
+// in stream_handle_map, keyed by c10::StreamId alone (one device per process).
+// SpyreStream is a value type over c10::Stream: it holds no handle and resolves
+// it through the map on every operation.
+//
+// Ids. 0 is the default stream, mapped when the pool is initialized (at runtime
+// start). 1..32 are the low-priority pool (priority >= 0, flex NORMAL), 33..64
+// the high-priority pool (priority < 0, flex HIGH). getStreamFromPool hands ids
+// out round robin per pool, so the 33rd request of a pool returns the first id
+// again: the two share one flex stream and their work serializes. Prefer many
+// short-lived streams to holding on to one; the hand-out is cheap.
+//
+// Locking. StreamPool::mutex is a std::shared_mutex:
+//   shared_lock  resolveRuntimeHandle(), getDefaultStreamRuntimeHandle(),
+//                synchronizeDevice() (snapshot the handles, release, then sync)
+//   unique_lock  initializeStreamPoolImpl(), getStreamFromPool() (it always
+//                advances the round-robin index; it inserts a handle on an id miss)
+// The lock guards the map only, never submission of work: concurrent launches
+// onto the same flex stream are serialized by the runtime (the stub is thread
+// safe), not by this lock. No call that can block runs under the write lock: a
+// missing flex stream is created outside it (once per id) and then inserted.
+//
+// Invariants. The map is append-only; an id, once mapped, always maps to the
+// same flex::RuntimeStream*; the pool never deletes a flex stream.
+//
+// Current stream. Per thread (thread_local), starting at the default stream.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <ostream>
+
+#include <c10/core/Stream.h>
+#include <flex/flex.hpp>
+
+namespace spyre {
+
+constexpr int kStreamsPerPool = 32;
+constexpr c10::StreamId kDefaultStreamId = 0;
+constexpr c10::StreamId kFirstLowPriorityStreamId = 1;
+constexpr c10::StreamId kFirstHighPriorityStreamId = kFirstLowPriorityStreamId + kStreamsPerPool;
+constexpr c10::StreamId kNumPoolStreamIds = kFirstHighPriorityStreamId + kStreamsPerPool;
+
+class SpyreStream {
+ public:
+  // Checked: `stream` must be a PrivateUse1 (spyre) stream.
+  explicit SpyreStream(c10::Stream stream);
+
+  c10::Stream unwrap() const { return stream_; }
+  operator c10::Stream() const { return stream_; }
+  c10::StreamId id() const { return stream_.id(); }
+  c10::Device device() const { return stream_.device(); }
+  c10::DeviceIndex device_index() const { return stream_.device_index(); }
+  // 0 for the default stream and the low-priority pool, -1 for the
+  // high-priority pool: derived from the id, not stored.
+  int priority() const;
+
+  // The flex stream behind this id (shared_lock lookup, every call). Raises
+  // "no flex handle for stream id N" for an id the pool never mapped.
+  flex::RuntimeStream* resolveRuntimeHandle() const;
+
+  // True iff all work launched on the stream has finished. Runtime errors
+  // propagate unwrapped.
+  bool query() const;
+  // Block until all work launched on the stream has finished.
+  void synchronize() const;
+
+  // Typed launch chokepoints: every piece of device work goes through one of
+  // these. Host memory named here must stay valid until the work completes;
+  // `keep_alive` runs (and is destroyed) in stream order after the operation.
+  void launchH2D(const void* host, void* device, size_t nbytes,
+                 std::function<void()> keep_alive = {}) const;
+  void launchD2H(const void* device, void* host, size_t nbytes,
+                 std::function<void()> keep_alive = {}) const;
+  void launchD2D(const void* src, void* dst, size_t nbytes) const;
+  void launchCompute(std::function<void()> fn, const char* name, size_t bytes = 0) const;
+  void launchHostCallback(std::function<void()> fn, const char* name) const;
+  void launchFill(void* device, size_t nbytes, double value, flex::DataFormats format) const;
+  void launchDelay(double milliseconds) const;
+
+  bool operator==(const SpyreStream& other) const { return stream_ == other.stream_; }
+  bool operator!=(const SpyreStream& other) const { return !(*this == other); }
+
+ private:
+  c10::Stream stream_;
+};
+
+std::ostream& operator<<(std::ostream& os, const SpyreStream& stream);
+
+// Hand out a pool stream (round robin). device -1 = the current device.
+// priority >= 0 -> low-priority pool, < 0 -> high-priority pool.
+SpyreStream getStreamFromPool(c10::DeviceIndex device = -1, int priority = 0);
+// The default stream (id 0).
+SpyreStream getDefaultStream(c10::DeviceIndex device = -1);
+// The calling thread's current stream (the default stream until set).
+SpyreStream getCurrentStream(c10::DeviceIndex device = -1);
+// Make `stream` the calling thread's current stream; returns the previous one.
+// Raises for an id the pool never mapped.
+SpyreStream setCurrentStream(SpyreStream stream);
+// Block until every stream of the device has finished its work.
+void synchronizeDevice(c10::DeviceIndex device = -1);
+// The default stream's flex handle (for code that talks to flex directly).
+flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1);
+
+// Called once by startRuntime(): maps id 0 and fills the id lists.
+void initializeStreamPool(c10::DeviceIndex device);
+// Number of ids with a flex handle (for tests).
+size_t mappedStreamCount();
+
+}  // namespace spyre

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Quick start 2: set up this machine and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh
+python -m pytest -q test "$@"

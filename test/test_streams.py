@@ -1,0 +1,374 @@
+"""Issue 4: StreamPool, SpyreStream, the runtime lifecycle, the guard and the
+torch.spyre stream API, as the design note specifies."""
+
+import threading
+
+import pytest
+import torch
+from torch_spyre.testing import Gate
+
+from conftest import run_python
+
+# ---------------------------------------------------------------- pool ids
+
+
+def test_pool_hands_out_ids_round_robin_from_a_fresh_process():
+    proc = run_python(
+        """
+        import torch
+        C = torch.spyre._C
+        torch.spyre.init()
+        assert C._mapped_stream_count() == 1          # only the default stream
+        low = [torch.spyre.Stream().stream_id for _ in range(33)]
+        high = [torch.spyre.Stream(priority=-1).stream_id for _ in range(33)]
+        positive = torch.spyre.Stream(priority=1).stream_id
+        print(low[0], low[31], low[32], high[0], high[31], high[32], positive)
+        print(C._mapped_stream_count())
+        """
+    )
+    assert proc.stdout.split() == ["1", "32", "1", "33", "64", "33", "2", "65"]
+
+
+def test_round_robin_is_exact_under_8_threads():
+    proc = run_python(
+        """
+        import collections, threading, torch
+        counts = collections.Counter()
+        lock = threading.Lock()
+        barrier = threading.Barrier(8)
+        def worker(priority):
+            barrier.wait()
+            ids = [torch.spyre.Stream(priority=priority).stream_id for _ in range(64)]
+            with lock:
+                counts.update(ids)
+        threads = [threading.Thread(target=worker, args=(-(i % 2),)) for i in range(8)]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        # 4 threads x 64 per pool = 256 hand-outs over 32 ids: exactly 8 each.
+        assert sorted(counts) == list(range(1, 65)), sorted(counts)
+        assert set(counts.values()) == {8}, counts
+        print("ok")
+        """
+    )
+    assert proc.stdout.strip() == "ok"
+
+
+def test_stream_priority_and_identity():
+    low, high = torch.spyre.Stream(), torch.spyre.Stream(priority=-1)
+    assert (low.priority, high.priority) == (0, -1)
+    assert 1 <= low.stream_id <= 32 and 33 <= high.stream_id <= 64
+    assert isinstance(low, torch.Stream) and low.device == torch.device("spyre:0")
+    assert torch.spyre.default_stream().stream_id == 0
+    assert torch.spyre.default_stream().priority == 0
+    modern = torch.Stream(device="spyre", priority=-1)
+    assert modern.device_index == 0 and 33 <= modern.stream_id <= 64
+    assert torch.Stream(device="spyre") != torch.Stream(device="spyre")
+    rebuilt = torch.Stream(stream_id=low.stream_id, device_index=0, device_type=low.device_type)
+    assert rebuilt == low and hash(rebuilt) == hash(low)
+    assert repr(low) == f"torch.spyre.Stream(device=spyre:0, id={low.stream_id}, priority=0)"
+    assert low.native_handle != 0 and low.native_handle == rebuilt.native_handle
+    assert low.is_capturing() is False
+
+
+@pytest.mark.parametrize("device", [None, 0, "spyre", "spyre:0", torch.device("spyre:0")])
+def test_stream_device_forms(device):
+    s = torch.spyre.Stream(device)
+    assert s.device_index == 0 and s.device.type == "spyre"
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,message",
+    [
+        ({"device": "cpu"}, ValueError, "expected a spyre device, got 'cpu'"),
+        ({"device": torch.device("cpu")}, ValueError, "expected a spyre device, got 'cpu'"),
+        ({"device": 1.5}, TypeError, "device must be an int, str, torch.device or None, got 1.5"),
+        ({"device": "spyre:x"}, ValueError, "Invalid device string 'spyre:x'"),
+        ({"priority": "high"}, TypeError, "priority must be an int, got 'high' of type str"),
+        ({"priority": 1.0}, TypeError, "priority must be an int, got 1.0 of type float"),
+        ({"priority": True}, TypeError, "priority must be an int, got True of type bool"),
+    ],
+)
+def test_stream_bad_arguments(kwargs, exc, message):
+    with pytest.raises(exc, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        torch.spyre.Stream(**kwargs)
+
+
+def test_unknown_stream_id_is_a_clear_error():
+    ghost = torch.Stream(stream_id=999, device_index=0, device_type=torch.spyre.Stream().device_type)
+    for op in (ghost.query, ghost.synchronize, lambda: torch.accelerator.set_stream(ghost)):
+        with pytest.raises(RuntimeError, match="no flex handle for stream id 999 on spyre:0"):
+            op()
+    with pytest.raises(RuntimeError, match="no flex handle for stream id 999"):
+        with ghost:
+            pass
+    assert torch.accelerator.current_stream().stream_id == 0
+
+
+# ---------------------------------------------------------------- current stream
+
+
+def test_context_managers_switch_and_restore_the_current_stream():
+    s1, s2 = torch.spyre.Stream(), torch.spyre.Stream(priority=-1)
+    assert torch.spyre.current_stream().stream_id == 0
+    with s1:
+        assert torch.accelerator.current_stream() == s1
+        assert torch.spyre.current_stream() == s1
+        with torch.spyre.stream(s2):
+            assert torch.spyre.current_stream() == s2
+            with s2:  # re-entrant
+                assert torch.spyre.current_stream() == s2
+            assert torch.spyre.current_stream() == s2
+        assert torch.spyre.current_stream() == s1
+        with torch.spyre.stream(None):
+            assert torch.spyre.current_stream() == s1
+    assert torch.spyre.current_stream().stream_id == 0
+    assert isinstance(torch.spyre.current_stream(), torch.spyre.Stream)
+
+
+@pytest.mark.parametrize("enter", ["torch", "spyre"])
+def test_context_restores_on_exception(enter):
+    s = torch.spyre.Stream()
+    with pytest.raises(KeyError):
+        with (s if enter == "torch" else torch.spyre.stream(s)):
+            assert torch.spyre.current_stream() == s
+            raise KeyError("boom")
+    assert torch.spyre.current_stream().stream_id == 0
+
+
+def test_set_stream_forms_interoperate():
+    s = torch.spyre.Stream()
+    try:
+        torch.spyre.set_stream(s)
+        assert torch.accelerator.current_stream() == s
+        t = torch.Stream(device="spyre")
+        torch.accelerator.set_stream(t)
+        assert torch.spyre.current_stream() == t
+    finally:
+        torch.spyre.set_stream(torch.spyre.default_stream())
+    with pytest.raises(TypeError, match="expected a torch.Stream, got 3"):
+        torch.spyre.set_stream(3)
+    with pytest.raises(ValueError, match="expected a spyre stream, got a stream of device cpu"):
+        torch.spyre.stream(torch.Stream(device="cpu"))
+
+
+def test_current_stream_is_per_thread():
+    s = torch.spyre.Stream()
+    seen = {}
+    entered, leave = threading.Event(), threading.Event()
+
+    def other():
+        seen["initial"] = torch.spyre.current_stream().stream_id
+        with torch.spyre.stream(torch.spyre.Stream(priority=-1)):
+            seen["inside"] = torch.spyre.current_stream().priority
+            entered.set()
+            leave.wait()
+
+    with s:
+        t = threading.Thread(target=other)
+        t.start()
+        entered.wait()
+        assert torch.spyre.current_stream() == s  # the other thread's switch is not ours
+        leave.set()
+        t.join()
+    assert seen == {"initial": 0, "inside": -1}
+
+
+# ---------------------------------------------------------------- asynchrony
+
+
+def test_stream_work_is_asynchronous_and_ordered():
+    s, other = torch.spyre.Stream(), torch.spyre.Stream()
+    with Gate() as gate:
+        gate.block(s)
+        with s:
+            torch.spyre._sleep(1)
+        assert s.query() is False          # gated: nothing behind the gate ran
+        with other:
+            torch.spyre._sleep(1)
+        other.synchronize()                # other streams are not blocked
+        assert other.query() is True
+        assert s.query() is False
+        gate.release()
+        s.synchronize()
+    assert s.query() is True
+
+
+def test_device_synchronize_waits_for_every_stream():
+    streams = [torch.spyre.Stream(), torch.spyre.Stream(priority=-1), torch.spyre.default_stream()]
+    gate = Gate()
+    for s in streams:
+        gate.block(s)
+    assert [s.query() for s in streams] == [False, False, False]
+    done = threading.Event()
+    syncer = threading.Thread(target=lambda: (torch.accelerator.synchronize(), done.set()))
+    syncer.start()
+    # While the device sync is blocked, the pool still hands out streams: the
+    # sync holds no lock while it waits.
+    handed = [torch.spyre.Stream().stream_id for _ in range(100)]
+    assert len(handed) == 100 and not done.is_set()
+    gate.release()
+    syncer.join(timeout=30)
+    assert done.is_set()
+    assert [s.query() for s in streams] == [True, True, True]
+
+
+def test_synchronize_forms():
+    torch.spyre.synchronize()
+    torch.spyre.synchronize(0)
+    torch.spyre.synchronize("spyre:0")
+    torch.accelerator.synchronize()
+    torch.accelerator.synchronize(0)
+
+
+def test_accelerator_synchronize_works_after_a_cpp_started_runtime():
+    proc = run_python(
+        """
+        import time, torch
+        s = torch.Stream(device="spyre")          # starts the runtime from C++
+        with s:
+            torch.spyre._sleep(200)
+        start = time.monotonic()
+        torch.accelerator.synchronize()
+        print(s.query(), time.monotonic() - start > 0.1)
+        """
+    )
+    assert proc.stdout.split() == ["True", "True"]
+
+
+def test_runtime_errors_propagate_unwrapped():
+    proc = run_python(
+        """
+        import torch
+        torch.spyre._sleep(1)          # the first operation fails
+        try:
+            torch.spyre.current_stream().synchronize()
+        except RuntimeError as e:
+            print(e)
+        other = torch.spyre.Stream()
+        with other:
+            torch.spyre._sleep(1)
+        other.synchronize()
+        print(other.query())
+        """,
+        env={"FLEX_STUB_FAULT_AFTER": "0"},
+    )
+    assert proc.stdout.splitlines() == ["flex: injected fault (FLEX_STUB_FAULT_AFTER=0)", "True"]
+
+
+# ---------------------------------------------------------------- devices and lifecycle
+
+
+def test_device_guard_restores_the_device():
+    proc = run_python(
+        """
+        import torch
+        with torch.accelerator.device_index(1):
+            assert torch.accelerator.current_device_index() == 1
+        print(torch.accelerator.current_device_index(), torch.spyre.current_device())
+        """,
+        env={"AIU_WORLD_SIZE": "2"},
+    )
+    assert proc.stdout.split() == ["0", "0"]
+
+
+def test_one_device_per_process():
+    proc = run_python(
+        """
+        import torch
+        torch.empty(1, device="spyre")          # binds spyre:0
+        for use in (lambda: torch.spyre.Stream(1),
+                    lambda: torch.empty(1, device="spyre:1"),
+                    lambda: torch.spyre.synchronize(1),
+                    lambda: torch.spyre.current_stream(1)):
+            try:
+                use()
+            except RuntimeError as e:
+                print(e)
+        """,
+        env={"AIU_WORLD_SIZE": "2"},
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 4
+    for line in lines:
+        assert line.startswith(
+            "Only one Spyre device per process is supported: this process is bound to spyre:0 "
+            "but spyre:1 was requested"
+        ), line
+
+
+def test_local_rank_binds_every_thread():
+    proc = run_python(
+        """
+        import threading, torch
+        out = []
+        def probe():
+            out.append((torch.spyre.current_device(), torch.ones(1, device="spyre").device.index,
+                        torch.spyre.current_stream().device_index))
+        probe()
+        t = threading.Thread(target=probe); t.start(); t.join()
+        print(out)
+        """,
+        env={"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+    )
+    assert proc.stdout.strip() == "[(1, 1, 1), (1, 1, 1)]"
+
+
+def test_failed_start_reports_bounds_and_can_be_retried():
+    proc = run_python(
+        """
+        import torch
+        try:
+            torch.spyre.init()
+        except RuntimeError as e:
+            print(e)
+        torch.spyre.set_device(0)
+        torch.spyre.init()
+        print(torch.spyre.is_initialized(), torch.spyre._C._bound_device())
+        """,
+        env={"LOCAL_RANK": "3"},
+    )
+    first, second = proc.stdout.strip().splitlines()
+    assert first.startswith("Device index out of bounds. logical_device_id=3, number of visible devices=1")
+    assert second == "True 0"
+
+
+def test_bad_local_rank_is_a_clear_error():
+    proc = run_python(
+        """
+        import torch
+        try:
+            torch.spyre.current_device()
+        except RuntimeError as e:
+            print(e)
+        """,
+        env={"LOCAL_RANK": "zero"},
+    )
+    assert "LOCAL_RANK='zero' is not a valid device index" in proc.stdout
+
+
+def test_free_runtime_keeps_mapped_handles_and_refuses_restart():
+    proc = run_python(
+        """
+        import torch
+        C = torch.spyre._C
+        s = torch.spyre.Stream()
+        x = torch.ones(4, device="spyre")
+        C.free_runtime()
+        with s:
+            torch.spyre._sleep(1)           # a mapped handle keeps working
+        s.synchronize(); torch.spyre.synchronize()
+        print(s.query(), x.cpu().sum().item())
+        for use in (lambda: torch.spyre.Stream(), C.start_runtime,
+                    lambda: torch.empty(2, device="spyre")):
+            try:
+                use()
+            except RuntimeError as e:
+                print(str(e).splitlines()[0])
+        """
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "True 4.0"
+    expected = (
+        "The Spyre runtime was shut down by free_runtime(); restarting it in the same "
+        "process is not supported (start a new process)"
+    )
+    assert lines[1:] == [expected] * 3

@@ -1,0 +1,299 @@
+// flex_stub: a software emulation of the Spyre "flex" runtime.
+//
+// This header is the whole public API of libflex_stub.so. It keeps the names the
+// real runtime uses (flex::RuntimeContext, flex::RuntimeStream, DmaParams, ...)
+// so code written against it reads like code written against the card.
+//
+// Emulation model (docs/flex_stub.md has the full description):
+//  * One context per process, for one logical device, created by
+//    RuntimeContext::create() and owned by the library until process exit.
+//    The context owns every stream it creates; callers never free a stream.
+//  * A stream is a FIFO of operations. A pool of engine threads (FLEX_STUB_ENGINES)
+//    executes operations: one operation of a stream at a time, in launch order;
+//    different streams run concurrently with each other and with the host.
+//    When engines are contended, HIGH-priority streams are served first.
+//  * Device time is emulated by sleeping, never by burning CPU.
+//  * Errors latch: an operation that fails puts its stream into an error state;
+//    the next synchronize()/query() throws the failure once, and later launches
+//    onto that stream throw. Other streams are unaffected.
+//
+// Thread safety: every member function may be called from any thread.
+// Launch parameters are copied at launch; host buffers named by a launch must
+// stay valid until the operation completes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flex {
+
+// ---------------------------------------------------------------- errors
+// Every failure the runtime reports is a flex::Error (or a subclass) whose
+// what() names the values involved.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Device memory exhausted (FLEX_STUB_MEMORY_BYTES).
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+// ---------------------------------------------------------------- devices
+// Number of devices visible to this process, computed from the environment
+// without creating a context (see docs/flex_stub.md, "Devices"):
+//   FLEX_STUB_CARDS   cards on the emulated host (default 8)
+//   SPYRE_DEVICES     comma list of card indices (wins); duplicates removed,
+//                     out-of-range entries dropped, spaces tolerated
+//   AIU_WORLD_SIZE    else: count, capped at the card count; < 1 is an error
+//   LOCAL_WORLD_SIZE  else: count (set by torchrun), capped at the card count
+//   otherwise 1.
+// Throws flex::Error naming the variable when a value is malformed.
+int getNumDevices();
+
+// The physical card index behind a logical device index (SPYRE_DEVICES order).
+int getCardIndex(int logical_device);
+
+// ---------------------------------------------------------------- enums
+enum class RuntimeStreamPriority { NORMAL, HIGH };
+enum class RuntimeStreamMode { STRICT_ORDERING };
+enum class DataFormats { FP32, FP16, BF16, INT8, INT16, INT32, INT64, BYTES };
+
+// ---------------------------------------------------------------- memory
+// One contiguous piece of device memory.
+struct Chunk {
+  void* device_ptr = nullptr;
+  size_t size = 0;
+};
+
+// A device address: an ordered list of chunks (the stub allocates one chunk per
+// allocation). Device pointers are opaque to the host: they are only ever read
+// or written by stream operations.
+struct CompositeAddress {
+  std::vector<Chunk> chunks;
+  CompositeAddress() = default;
+  CompositeAddress(void* device_ptr, size_t size) : chunks{{device_ptr, size}} {}
+  size_t total_size() const {
+    size_t n = 0;
+    for (const auto& c : chunks) n += c.size;
+    return n;
+  }
+};
+
+struct MemoryStats {
+  size_t allocated_bytes = 0;       // currently allocated
+  size_t peak_allocated_bytes = 0;  // high-water mark
+  size_t total_bytes = 0;           // FLEX_STUB_MEMORY_BYTES
+  uint64_t num_allocs = 0;
+  uint64_t num_frees = 0;
+};
+
+// ---------------------------------------------------------------- operations
+// Host <-> device DMA. `host_ptr` must stay valid until the operation completes.
+// `callback`, if set, runs on the engine right after the copy (in stream order).
+struct DmaParams {
+  void* host_ptr = nullptr;
+  size_t size = 0;
+  bool to_device = true;
+  CompositeAddress dev;  // copied at launch
+  size_t dev_offset = 0;  // byte offset into `dev`
+  std::function<void()> callback;
+
+  DmaParams() = default;
+  DmaParams(void* host, size_t bytes, bool to_dev, const CompositeAddress* d)
+      : host_ptr(host), size(bytes), to_device(to_dev), dev(*d) {}
+};
+
+// Device -> device copy of `size` bytes.
+struct D2DParams {
+  CompositeAddress src;
+  size_t src_offset = 0;
+  CompositeAddress dst;
+  size_t dst_offset = 0;
+  size_t size = 0;
+};
+
+// Compute: a host function executed on the device's timeline (how the stub runs
+// kernels). It may read and write device memory through the pointers it was
+// given. `bytes` only feeds the trace.
+struct ComputeParams {
+  std::function<void()> fn;
+  std::string name = "compute";
+  size_t bytes = 0;
+};
+
+// Host callback: runs in stream order on an engine thread, like cudaLaunchHostFunc.
+struct HostCallbackParams {
+  std::function<void()> fn;
+  std::string name = "host_callback";
+};
+
+class RuntimeStream;
+class RuntimeContext;
+
+// ---------------------------------------------------------------- events
+// A marker in a stream's work. Every record() is its own completion state:
+// a wait enqueued before a re-record still waits for the earlier record.
+// An event that was never recorded is complete.
+class RuntimeEvent {
+ public:
+  explicit RuntimeEvent(bool enable_timing = false, bool blocking = false);
+  ~RuntimeEvent();
+  RuntimeEvent(const RuntimeEvent&) = delete;
+  RuntimeEvent& operator=(const RuntimeEvent&) = delete;
+
+  // Capture all work launched on `stream` so far.
+  void record(RuntimeStream* stream);
+  // Enqueue a wait on `stream`: its later work runs after the last record
+  // completes. The host does not wait.
+  void wait(RuntimeStream* stream);
+  // True when the last record has completed (or the event was never recorded).
+  bool query() const;
+  // Block the host until the last record completes. A `blocking` event sleeps
+  // on a condition variable; a non-blocking one also sleeps (never spins).
+  void synchronize() const;
+  // Milliseconds of emulated device time between this event's record and
+  // `end`'s. Both must be timing-enabled, recorded and complete.
+  double elapsedTime(const RuntimeEvent& end) const;
+
+  bool timingEnabled() const;
+  bool recorded() const;
+
+  struct State;  // implementation detail
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------- streams
+class RuntimeStream {
+ public:
+  // Enqueue operations. All return at once; they throw flex::Error
+  // "Cannot schedule operation on stream in error state" once the stream has
+  // failed, and flex::Error on bad arguments (null pointers, out-of-range
+  // device addresses).
+  void launchOperationH2D(const DmaParams* params);
+  void launchOperationD2H(const DmaParams* params);
+  void launchOperationD2D(const D2DParams* params);
+  void launchOperationCompute(const ComputeParams* params);
+  void launchOperationHostCallback(const HostCallbackParams* params);
+  // Device-side fill of `dev` with `value` converted to `format`.
+  void fillAsync(const CompositeAddress* dev, double value, DataFormats format,
+                 bool use_dmai = false);
+  // Occupy the stream for `duration` of emulated device time.
+  void launchOperationDelay(std::chrono::nanoseconds duration);
+
+  // True iff every launched operation has finished (none queued or running).
+  // Throws the stream's pending failure once.
+  bool query();
+  // Block until everything launched before the call has finished. Returns at
+  // once, enqueuing nothing, when the stream is idle. Throws the stream's
+  // pending failure once.
+  void synchronize();
+  // Sticky: the stream has failed and cannot take more work.
+  bool needsShutdown() const;
+  // The failure message, empty when the stream is healthy.
+  std::string errorMessage() const;
+
+  RuntimeStreamPriority priority() const;
+  uint64_t streamId() const;
+
+  // Number of operations launched / completed so far (for tests and benchmarks).
+  uint64_t launchedOps() const;
+  uint64_t completedOps() const;
+
+  struct Impl;
+  explicit RuntimeStream(std::unique_ptr<Impl> impl);
+  ~RuntimeStream();
+  Impl* impl() const { return impl_.get(); }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------- context
+class RuntimeContext {
+ public:
+  // Create the process's context for `logical_device` (< getNumDevices()).
+  // Returns a non-owning pointer: the library owns the context for the process
+  // lifetime. Calling it again for the same device returns the same context;
+  // for another device it throws flex::Error.
+  static RuntimeContext* create(int logical_device);
+  // The context created by create(), or nullptr.
+  static RuntimeContext* get();
+
+  int deviceIndex() const;
+  int cardIndex() const;
+
+  // The default stream (NORMAL priority), the same pointer on every call.
+  RuntimeStream* getDefaultStream();
+  // A new stream owned by the context. Cheap: no thread is created.
+  RuntimeStream* createStream(
+      RuntimeStreamPriority priority = RuntimeStreamPriority::NORMAL,
+      RuntimeStreamMode mode = RuntimeStreamMode::STRICT_ORDERING,
+      bool track_hazards = false);
+  // True if any stream of the context is latched in the error state.
+  bool hasStreamError() const;
+
+  // Device memory. Throws OutOfMemoryError past FLEX_STUB_MEMORY_BYTES.
+  void* allocate(size_t nbytes);
+  void deallocate(void* device_ptr);
+  bool isDevicePtr(const void* ptr) const;
+  MemoryStats memoryStats() const;
+
+  // Pinned host memory: page-locked in spirit (the stub uses aligned host
+  // memory). isPinnedPtr() answers for any pointer inside such a block.
+  void* allocatePinned(size_t nbytes);
+  void deallocatePinned(void* host_ptr);
+  bool isPinnedPtr(const void* ptr) const;
+
+  struct Impl;
+  Impl* impl() const { return impl_.get(); }
+  ~RuntimeContext();
+
+ private:
+  explicit RuntimeContext(int logical_device);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------- testing
+// Facilities for deterministic tests and fault injection. They are part of the
+// stub only; code that must run on a card does not use them.
+namespace test {
+
+// A gate blocks every stream it was enqueued on until the host releases it.
+// Releasing twice is harmless; destroying an unreleased gate releases it.
+class Gate {
+ public:
+  Gate();
+  ~Gate();
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+  void enqueueOn(RuntimeStream* stream);
+  void release();
+  // Number of streams currently blocked at this gate (reached it, not released).
+  int blockedStreams() const;
+
+  struct State;
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Make the next operation executed on `stream` fail with `message`.
+void injectFault(RuntimeStream* stream, const std::string& message);
+
+// Chrome trace (also driven by FLEX_STUB_TRACE=path.json at process exit).
+void startTrace();
+// Write everything recorded since startTrace() to `path`; returns the number of
+// operations written.
+size_t stopTrace(const std::string& path);
+
+}  // namespace test
+}  // namespace flex

@@ -1,0 +1,32 @@
+// The state of the process's one context (context.cpp).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "flex/flex.hpp"
+#include "memory.hpp"
+#include "scheduler.hpp"
+
+namespace flex {
+
+struct RuntimeContext::Impl {
+  Impl(int device, int card, const detail::SchedulerConfig& scheduler_config,
+       size_t memory_bytes, std::string trace_path);
+
+  const int device;
+  const int card;
+  const std::string trace_path;  // FLEX_STUB_TRACE, written at exit
+  detail::Scheduler scheduler;
+  detail::Memory memory;
+
+  std::mutex streams_mutex;
+  std::vector<std::unique_ptr<RuntimeStream>> streams;  // index == stream id
+  RuntimeStream* default_stream = nullptr;
+  std::atomic<int> failed_streams{0};
+};
+
+}  // namespace flex

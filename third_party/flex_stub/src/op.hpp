@@ -1,0 +1,67 @@
+// One queued stream operation, with its launch parameters already validated
+// and copied.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "completion.hpp"
+#include "fill_format.hpp"
+
+namespace flex::detail {
+
+enum class OpKind : uint8_t {
+  H2D,
+  D2H,
+  D2D,
+  Fill,
+  Compute,
+  HostCallback,
+  Delay,
+  EventRecord,
+  EventWait,
+  Gate,
+};
+
+// The trace name of a kind: "h2d", "d2h", ...
+const char* opKindName(OpKind kind);
+
+// A byte range inside one live device allocation.
+struct DevPiece {
+  char* ptr = nullptr;
+  size_t size = 0;
+};
+
+// The device side of an operation: usually one piece; a composite address whose
+// range crosses chunks keeps the further pieces in `rest` (rare, so the common
+// case allocates nothing).
+struct DevSpan {
+  DevPiece first;
+  std::vector<DevPiece> rest;
+
+  template <class Fn>
+  void forEach(Fn&& fn) const {
+    if (first.size) fn(first);
+    for (const DevPiece& piece : rest) fn(piece);
+  }
+};
+
+struct Op {
+  OpKind kind = OpKind::Compute;
+  uint64_t bytes = 0;          // bytes moved or filled: DMA time, trace
+  void* host = nullptr;        // H2D source, D2H destination
+  DevSpan dev;                 // H2D/D2D destination, D2H source, fill target
+  DevSpan dev_src;             // D2D source
+  FillElement fill{};          // fill element, already converted to its format
+  std::chrono::nanoseconds delay{0};
+  std::function<void()> fn;    // compute, host callback, DMA completion callback
+  std::shared_ptr<Completion> sync;  // record, wait, gate
+  std::string name;            // trace label; only copied while tracing
+};
+
+}  // namespace flex::detail

@@ -1,0 +1,82 @@
+// The device-wide scheduler: engine threads take ready streams and run their
+// operations one at a time (scheduler.cpp; docs/flex_stub.md, "Engines").
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "clock.hpp"
+#include "flex/flex.hpp"
+#include "op.hpp"
+#include "ring.hpp"
+
+namespace flex::detail {
+
+struct SchedulerConfig {
+  size_t max_engines = SIZE_MAX;   // FLEX_STUB_ENGINES
+  double dma_bytes_per_ns = 0;     // FLEX_STUB_DMA_GBPS (1 GB/s == 1 byte/ns); 0: memcpy speed
+  int64_t fault_after = -1;        // FLEX_STUB_FAULT_AFTER; -1: off
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues `stream` (state already set to Ready) and wakes an idle engine, or
+  // starts one if none is idle and the cap allows.
+  void makeReady(RuntimeStream::Impl* stream);
+  // Continuation of a completion: the stream parked at operation `token` may go on.
+  void resume(RuntimeStream::Impl* stream, uint64_t token);
+
+  // Sleeps until `deadline`; stop() cuts the sleep short.
+  void sleepUntil(Clock::time_point deadline);
+  const SchedulerConfig& config() const { return config_; }
+
+  // Shutdown: running operations finish, engines exit and are joined. Queued
+  // work stays queued (the caller abandons it).
+  void stop();
+
+ private:
+  struct Engine {
+    std::thread thread;
+    std::condition_variable wake_cv;
+    bool woken = false;  // guarded by mutex_
+  };
+
+  void engineMain(Engine* self);
+  // Runs operations of `stream` until it empties, parks, fails, or has to yield
+  // to another ready stream. Returns true when it must be requeued.
+  bool runStream(RuntimeStream::Impl* stream);
+  // Executes one operation outside any lock; the op is destroyed before return.
+  bool runOp(RuntimeStream::Impl* stream, Op op, std::string& error);
+  // Consumes a pending fault for the operation about to run, if any.
+  bool takeFault(RuntimeStream::Impl* stream, std::string& message);
+  bool shouldYield(RuntimeStreamPriority running) const;
+  void pushReadyLocked(RuntimeStream::Impl* stream);
+  RuntimeStream::Impl* popReadyLocked();
+  void startEngineLocked();
+
+  const SchedulerConfig config_;
+  std::atomic<int64_t> executed_ops_{0};  // for FLEX_STUB_FAULT_AFTER
+  std::atomic<bool> stopping_{false};
+
+  mutable std::mutex mutex_;
+  Ring<RuntimeStream::Impl*> ready_[2];  // index: kHigh, kNormal
+  std::atomic<int> ready_count_[2] = {};  // mirrors ready_ sizes for lock-free yield checks
+  std::vector<Engine*> idle_;             // LIFO: the most recently busy engine is cache-warm
+  std::vector<std::unique_ptr<Engine>> engines_;
+
+  std::mutex sleep_mutex_;
+  std::condition_variable sleep_cv_;
+};
+
+}  // namespace flex::detail

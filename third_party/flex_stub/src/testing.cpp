@@ -1,0 +1,43 @@
+// Test facilities: gates, per-stream fault injection, programmatic tracing.
+#include "clock.hpp"
+#include "context_impl.hpp"
+#include "stream_impl.hpp"
+#include "trace.hpp"
+
+namespace flex::test {
+
+// A gate is a completion state that only the host completes.
+struct Gate::State : detail::Completion {};
+
+Gate::Gate() : state_(std::make_shared<State>()) {}
+
+Gate::~Gate() { release(); }
+
+void Gate::enqueueOn(RuntimeStream* stream) {
+  if (!stream) throw Error("flex: Gate::enqueueOn: stream is null");
+  detail::Op op;
+  op.kind = detail::OpKind::Gate;
+  op.sync = state_;
+  stream->impl()->enqueue(std::move(op));
+}
+
+void Gate::release() { state_->complete(detail::nowNs()); }
+
+int Gate::blockedStreams() const { return static_cast<int>(state_->parkedStreams()); }
+
+void injectFault(RuntimeStream* stream, const std::string& message) {
+  if (!stream) throw Error("flex: injectFault: stream is null");
+  RuntimeStream::Impl& impl = *stream->impl();
+  std::lock_guard<std::mutex> lock(impl.mutex);
+  impl.injected_fault = message;
+  impl.fault_pending = true;
+}
+
+void startTrace() { detail::trace::start(); }
+
+size_t stopTrace(const std::string& path) {
+  const RuntimeContext* context = RuntimeContext::get();
+  return detail::trace::stopAndWrite(path, context ? context->cardIndex() : 0);
+}
+
+}  // namespace flex::test

@@ -1,0 +1,122 @@
+// Chrome trace ("traceEvents" JSON, chrome://tracing or Perfetto): one complete
+// ("ph":"X") event per executed operation; pid = card, tid = stream id.
+#include "trace.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "clock.hpp"
+#include "stream_impl.hpp"
+
+namespace flex::detail::trace {
+
+std::atomic<bool> g_enabled{false};
+
+namespace {
+
+struct Entry {
+  int64_t start_ns;
+  int64_t end_ns;
+  uint64_t stream_id;
+  uint64_t bytes;
+  RuntimeStreamPriority priority;
+  OpKind kind;
+  std::string name;  // empty: the kind's name
+};
+
+struct Recorder {
+  std::mutex mutex;
+  std::vector<Entry> entries;
+  int64_t origin_ns = 0;
+};
+
+// Leaked: engines may record while static destructors run.
+Recorder& recorder() {
+  static Recorder* instance = new Recorder;
+  return *instance;
+}
+
+std::string jsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+void start() {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.entries.clear();
+  r.origin_ns = nowNs();
+  g_enabled.store(true, std::memory_order_relaxed);
+}
+
+void record(const RuntimeStream::Impl& stream, const Op& op, int64_t start_ns, int64_t end_ns) {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!enabled()) return;  // stopped between the caller's check and now
+  r.entries.push_back({start_ns, end_ns, stream.id, op.bytes, stream.priority, op.kind, op.name});
+}
+
+size_t stopAndWrite(const std::string& path, int card) {
+  std::vector<Entry> entries;
+  int64_t origin_ns;
+  {
+    Recorder& r = recorder();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    g_enabled.store(false, std::memory_order_relaxed);
+    entries.swap(r.entries);
+    origin_ns = r.origin_ns;
+  }
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (!file) {
+    throw Error("flex: cannot write the trace to '" + path + "': " + std::strerror(errno));
+  }
+  std::map<uint64_t, RuntimeStreamPriority> streams;
+  for (const Entry& e : entries) streams.emplace(e.stream_id, e.priority);
+
+  std::fprintf(file, "{\"traceEvents\":[\n");
+  std::fprintf(file,
+               "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+               "\"args\":{\"name\":\"flex card %d\"}}",
+               card, card);
+  for (const auto& [id, priority] : streams) {
+    std::fprintf(file,
+                 ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%llu,"
+                 "\"args\":{\"name\":\"stream %llu (%s)\"}}",
+                 card, static_cast<unsigned long long>(id), static_cast<unsigned long long>(id),
+                 priority == RuntimeStreamPriority::HIGH ? "HIGH" : "NORMAL");
+  }
+  for (const Entry& e : entries) {
+    const char* kind = opKindName(e.kind);
+    std::fprintf(file,
+                 ",\n{\"name\":%s,\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%llu,"
+                 "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%llu}}",
+                 jsonString(e.name.empty() ? kind : e.name).c_str(), kind, card,
+                 static_cast<unsigned long long>(e.stream_id), (e.start_ns - origin_ns) / 1e3,
+                 (e.end_ns - e.start_ns) / 1e3, static_cast<unsigned long long>(e.bytes));
+  }
+  std::fprintf(file, "\n],\"displayTimeUnit\":\"ms\"}\n");
+  if (std::fclose(file) != 0) {
+    throw Error("flex: cannot write the trace to '" + path + "': " + std::strerror(errno));
+  }
+  return entries.size();
+}
+
+}  // namespace flex::detail::trace

@@ -1,0 +1,3 @@
+// The test binary's main (see harness.hpp).
+#define HARNESS_MAIN
+#include "harness.hpp"

@@ -1,0 +1,66 @@
+"""torch_spyre: IBM Spyre as a PyTorch device (PrivateUse1, named "spyre").
+
+`import torch` loads this package through the `torch.backends` entry point, so
+users never import it themselves: `torch.spyre` is this module. Importing it
+registers the device but does not start the runtime; the first device use does.
+"""
+
+import sys
+
+
+def _autoload() -> None:
+    """Entry point of the torch.backends group: importing the package did the work.
+
+    Defined before `import torch`: when a user imports torch_spyre first, torch's
+    autoload re-enters this half-imported module and only needs this name; the
+    registration below then runs once torch has finished importing.
+    """
+
+
+import torch  # noqa: E402
+
+# Loading _C registers the device guard, hooks, allocators and kernels.
+from . import _C  # noqa: F401,E402
+from ._device import (  # noqa: F401
+    _is_in_bad_fork,
+    _lazy_init,
+    current_device,
+    device_count,
+    get_amp_supported_dtype,
+    init,
+    is_available,
+    is_initialized,
+    set_device,
+    synchronize,
+)
+from .events import Event  # noqa: F401
+from .random import (  # noqa: F401
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+)
+from .streams import (  # noqa: F401
+    Stream,
+    StreamContext,
+    _sleep,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
+
+
+def _register() -> None:
+    """Name PrivateUse1 "spyre" and expose this module as torch.spyre (once)."""
+    if getattr(torch, "spyre", None) is sys.modules[__name__]:
+        return
+    torch.utils.rename_privateuse1_backend("spyre")
+    torch._register_device_module("spyre", sys.modules[__name__])
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+
+
+_register()

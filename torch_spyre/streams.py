@@ -1,0 +1,124 @@
+"""Spyre streams: torch.spyre.Stream and the current-stream functions.
+
+A spyre stream is a torch.Stream: it works with `with stream:`,
+torch.accelerator.set_stream/current_stream, torch.Event and wait_stream.
+Streams come from a pool of 32 low- and 32 high-priority streams handed out
+round robin (docs/streams.md); the current stream is per thread.
+"""
+
+import math
+import numbers
+
+import torch
+
+from . import _C
+from ._device import DEVICE_TYPE, _device_index
+
+_FIRST_HIGH_PRIORITY_ID = 33
+_LAST_HIGH_PRIORITY_ID = 64
+
+
+class Stream(torch.Stream):
+    """A stream of the spyre device.
+
+    Args:
+        device: int, str, torch.device or None (the current device).
+        priority: 0 or positive for the low-priority pool, negative for the
+            high-priority pool (the `priority` property reports 0 or -1).
+    """
+
+    def __new__(cls, device=None, priority=0):
+        if type(priority) is not int:  # bool and float are rejected too
+            raise TypeError(
+                f"priority must be an int, got {priority!r} of type {type(priority).__name__}"
+            )
+        stream_id, index = _C._get_stream_from_pool(_device_index(device), priority)
+        return torch.Stream.__new__(cls, stream_id, index, DEVICE_TYPE)
+
+    @classmethod
+    def _wrap(cls, key):
+        """The Stream for a (stream_id, device_index) pair, without a pool hand-out."""
+        return torch.Stream.__new__(cls, key[0], key[1], DEVICE_TYPE)
+
+    @property
+    def priority(self) -> int:
+        return -1 if _FIRST_HIGH_PRIORITY_ID <= self.stream_id <= _LAST_HIGH_PRIORITY_ID else 0
+
+    def __repr__(self):
+        return (
+            f"torch.spyre.Stream(device=spyre:{self.device_index}, id={self.stream_id}, "
+            f"priority={self.priority})"
+        )
+
+
+def _check_spyre_stream(stream):
+    if not isinstance(stream, torch.Stream):
+        raise TypeError(f"expected a torch.Stream, got {stream!r} of type {type(stream).__name__}")
+    if stream.device_type != DEVICE_TYPE:
+        raise ValueError(f"expected a spyre stream, got a stream of device {stream.device}")
+
+
+class StreamContext:
+    """Makes `stream` current on entry and restores the previous stream on exit.
+
+    A new context per `with` keeps the saved stream out of the (shared) stream
+    object, so two threads entering the same stream do not restore each
+    other's streams. `None` makes it a no-op.
+    """
+
+    __slots__ = ("stream", "_previous")
+
+    def __init__(self, stream):
+        if stream is not None:
+            _check_spyre_stream(stream)
+        self.stream = stream
+        self._previous = None
+
+    def __enter__(self):
+        if self.stream is not None:
+            self._previous = _C._set_current_stream(self.stream.stream_id, self.stream.device_index)
+        return self.stream
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            _C._set_current_stream(*self._previous)
+            self._previous = None
+        return False
+
+
+def stream(stream) -> StreamContext:
+    """Context manager that runs its body on `stream` (None: leave the current stream)."""
+    return StreamContext(stream)
+
+
+def current_stream(device=None) -> Stream:
+    """The calling thread's current stream (the default stream until set)."""
+    return Stream._wrap(_C._current_stream(_device_index(device)))
+
+
+def default_stream(device=None) -> Stream:
+    """The default stream (id 0)."""
+    return Stream._wrap(_C._default_stream(_device_index(device)))
+
+
+def set_stream(stream) -> None:
+    """Make `stream` the calling thread's current stream."""
+    _check_spyre_stream(stream)
+    _C._set_current_stream(stream.stream_id, stream.device_index)
+
+
+def _sleep(milliseconds) -> None:
+    """Enqueue `milliseconds` of emulated device work on the current stream.
+
+    Like torch.cuda._sleep: for tests and demos of asynchronous behaviour.
+    """
+    if isinstance(milliseconds, bool) or not isinstance(milliseconds, numbers.Real):
+        raise TypeError(
+            f"_sleep expects a number of milliseconds, got {milliseconds!r} "
+            f"of type {type(milliseconds).__name__}"
+        )
+    if not math.isfinite(milliseconds) or milliseconds < 0:
+        raise ValueError(
+            f"_sleep expects a finite, non-negative number of milliseconds, got {milliseconds!r}"
+        )
+    _C._sleep(float(milliseconds))
