@@ -3,6 +3,7 @@
 // boundary as (stream_id, device_index) pairs; torch_spyre wraps them in
 // torch.Stream subclasses.
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
 #include "spyre_generator.h"
@@ -84,6 +85,11 @@ void bindTesting(py::module_& m) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_spyre native extension: Spyre runtime, streams and tensors";
+  // Tell torch the device is initialized even when the runtime was started
+  // from C++ (e.g. by torch.Stream()), so torch.accelerator.synchronize()
+  // is not skipped as "device not initialized".
+  spyre::setRuntimeStartedCallback(
+      [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false); });
   spyre::bindRuntime(m);
   spyre::bindStreams(m);
   spyre::bindGenerators(m);

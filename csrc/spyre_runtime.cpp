@@ -7,7 +7,6 @@
 
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/utils/device_lazy_init.h>
 
 #include "spyre_stream.h"
 
@@ -28,6 +27,7 @@ std::atomic<flex::RuntimeContext*>& runtimeSlot() {
 }
 
 std::atomic<bool> runtime_freed{false};
+std::atomic<void (*)()> runtime_started_callback{nullptr};
 
 // LOCAL_RANK (set by torchrun) or 0; read once. A malformed value is reported
 // on every use rather than silently replaced.
@@ -73,10 +73,10 @@ void startRuntimeOnce() {
   initializeStreamPool(logical_device_id);
   static std::once_flag fork_handler;
   std::call_once(fork_handler, [] { pthread_atfork(nullptr, nullptr, markForkedChild); });
-  // Tell torch the device is initialized even when the runtime was started
-  // from C++ (e.g. by torch.Stream()), so torch.accelerator.synchronize() works.
-  torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false);
   detail::bound_device.store(logical_device_id, std::memory_order_release);
+  if (auto callback = runtime_started_callback.load()) {
+    callback();
+  }
 }
 
 }  // namespace
@@ -164,6 +164,10 @@ void startRuntime() {
 void freeRuntime() {
   runtime_freed.store(true);
   GlobalRuntime::reset();
+}
+
+void setRuntimeStartedCallback(void (*callback)()) {
+  runtime_started_callback.store(callback);
 }
 
 bool isRuntimeStarted() {

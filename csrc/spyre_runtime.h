@@ -47,6 +47,10 @@ void startRuntime();
 void freeRuntime();
 bool isRuntimeStarted();
 bool isInBadFork();
+// Called (once, on the starting thread) after the runtime started. The Python
+// bindings use it to tell torch the device is initialized; the core itself
+// stays free of libtorch_python.
+void setRuntimeStartedCallback(void (*callback)());
 
 // The live context; raises when the runtime was freed (or never started).
 flex::RuntimeContext* runtimeContext();
