@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
+#include "spyre_bench.h"
 #include "spyre_generator.h"
 #include "spyre_runtime.h"
 #include "spyre_stream.h"
@@ -78,6 +79,16 @@ void bindTesting(py::module_& m) {
            })
       .def("release", &flex::test::Gate::release)
       .def_property_readonly("blocked_streams", &flex::test::Gate::blockedStreams);
+  // The stub's Chrome trace of device operations (pid = card, tid = flex stream id).
+  m.def("_trace_start", &flex::test::startTrace);
+  m.def("_trace_stop", &flex::test::stopTrace, py::arg("path"));
+}
+
+void bindBenchmarks(py::module_& m) {
+  m.def("_bench", &runBenchmark, py::arg("name"), py::arg("iterations"), py::arg("repeats") = 7,
+        py::call_guard<py::gil_scoped_release>(),
+        "Run a C++ microbenchmark against its reference: {series name: [samples]}.");
+  m.def("_bench_names", &benchmarkNames);
 }
 
 }  // namespace
@@ -94,4 +105,5 @@ PYBIND11_MODULE(_C, m) {
   spyre::bindStreams(m);
   spyre::bindGenerators(m);
   spyre::bindTesting(m);
+  spyre::bindBenchmarks(m);
 }

@@ -1,0 +1,82 @@
+"""C++ rows: the stream pool and the stub, each against a reference compiled into
+the same library (csrc/spyre_bench.cpp: R0, R1, R2), run by torch_spyre._C._bench
+without the GIL."""
+
+import json
+import subprocess
+import sys
+
+from measure import REPORT, Row, at_least, at_most, below, median
+
+# row name -> (benchmark, reference, target, iterations per repeat: (full, quick))
+ROWS = {
+    "pool.resolve": ("pool.resolve", "R1", REPORT, (1_000_000, 20_000)),
+    "pool.current_stream": ("pool.current_stream", "R0", REPORT, (1_000_000, 20_000)),
+    "pool.get_stream_from_pool": ("pool.get_stream_from_pool", "R1", at_most(5), (1_000_000, 20_000)),
+    "pool.mixed_reader_p99": ("pool.mixed_reader", "R1", REPORT, (200_000, 5_000)),
+    # Iterations bound the reader's samples; the first-touch window ends first.
+    "pool.first_touch_p99": (
+        "pool.first_touch", "R1", below(1_000, "p99 < 1 us"), (4_000_000, 4_000_000)),
+    "stub.round_trip": ("stub.round_trip", "R2", at_most(1.5), (2_000, 100)),
+    "stub.pipelined_10k": ("stub.pipelined", "R2", at_most(2), (10_000, 10_000)),
+    "stub.idle_sync": ("stub.idle_sync", "query()", below(1_000, "< 1 us"), (1_000_000, 10_000)),
+    "stub.idle_device_sync_65": (
+        "stub.idle_device_sync", "65 counters", below(3_000, "<= 3 us"), (100_000, 2_000)),
+    "stub.overlap_2x20ms": ("stub.overlap_2_streams", "ideal", at_most(1.05), (1, 1)),
+    "stub.overlap_32x20ms": ("stub.overlap_32_streams", "ideal", at_most(1.2), (1, 1)),
+    "stub.same_stream_2x20ms": ("stub.same_stream_2_delays", "ideal", at_least(1.9), (1, 1)),
+}
+
+# Benchmarks reporting ms of wall time; the others report ns.
+WALL_MS = {"stub.overlap_2_streams", "stub.overlap_32_streams", "stub.same_stream_2_delays"}
+# Benchmarks that need a process in which no pool id was handed out yet.
+FRESH_PROCESS = {"pool.first_touch"}
+
+
+def in_fresh_processes(bench, iterations, processes):
+    """Runs `bench` once in each of `processes` new interpreters; merges the samples."""
+    code = (
+        "import json, torch_spyre._C as C; "
+        f"print(json.dumps(C._bench({bench!r}, {iterations}, 1)))"
+    )
+    merged = {}
+    for _ in range(processes):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+        for key, values in json.loads(out.strip().splitlines()[-1]).items():
+            merged.setdefault(key, []).extend(values)
+    return merged
+
+
+def rows(quick, repeats, selected):
+    import torch_spyre._C as C
+
+    result_rows = []
+    for name, (bench, ref_name, target, (full, short)) in ROWS.items():
+        if not selected(name):
+            continue
+        iterations = short if quick else full
+        if bench in FRESH_PROCESS:
+            result = in_fresh_processes(bench, iterations, 1 if quick else repeats)
+        else:
+            result = C._bench(bench, iterations, repeats)
+        result_rows.append(
+            Row(
+                name=name,
+                ours=median(result["ours"]),
+                ref=median(result["ref"]),
+                unit="ms" if bench in WALL_MS else "ns",
+                ref_name=ref_name,
+                target=target,
+                checks={"enqueued_nothing": bool(min(result["enqueued_nothing"]))}
+                if "enqueued_nothing" in result
+                else {},
+                extras={
+                    key: median(values)
+                    for key, values in result.items()
+                    if key not in ("ours", "ref", "enqueued_nothing")
+                },
+            )
+        )
+    return result_rows

@@ -1,0 +1,519 @@
+// Microbenchmarks (spyre_bench.h) and their reference designs:
+//   R0  the floor: a thread-local current id indexing a plain handle array;
+//   R1  a CUDA-style lock-free pool: an atomic round-robin counter per priority
+//       and an array of handles published once with a release store;
+//   R2  a bare worker thread: a mutex/condition-variable FIFO and an in-flight
+//       counter (launched vs completed) that makes an idle sync free.
+// They live in this file, in the same .so as the pool, on purpose: a reference
+// built elsewhere would pay a different TLS model and call overhead.
+#include "spyre_bench.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <c10/macros/Macros.h>
+#include <c10/util/CallOnce.h>
+#include <c10/util/Exception.h>
+
+#include "spyre_runtime.h"
+#include "spyre_stream.h"
+
+namespace spyre {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Handle = flex::RuntimeStream*;
+
+// Emulated device time of one task in the overlap benchmarks.
+constexpr double kDelayMs = 20.0;
+
+// Keeps a computed value, and the work behind it, from being optimized away.
+template <class T>
+inline void keep(T value) {
+  asm volatile("" : : "r"(value) : "memory");
+}
+
+// A reference's calls must stay calls: noinline alone still lets GCC prove a
+// function pure and hoist it out of a timing loop.
+#define BENCH_OPAQUE __attribute__((noinline, noipa))
+
+double nsBetween(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double, std::nano>(end - start).count();
+}
+
+template <class F>
+double nsPerCall(int64_t calls, F&& f) {
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < calls; ++i) f();
+  return nsBetween(start, Clock::now()) / static_cast<double>(calls);
+}
+
+// Pins a benchmark-owned thread, as the anchors were measured, when the
+// process may run on `cpu` at all.
+void pinTo(int cpu) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || !CPU_ISSET(cpu, &allowed)) return;
+  cpu_set_t only;
+  CPU_ZERO(&only);
+  CPU_SET(cpu, &only);
+  pthread_setaffinity_np(pthread_self(), sizeof only, &only);
+}
+
+struct Latency {
+  double p50 = 0, p99 = 0, max = 0;
+  double samples = 0, over_1us = 0;
+};
+
+Latency percentiles(std::vector<double> samples) {
+  TORCH_CHECK(!samples.empty(), "benchmark: no latency samples");
+  std::sort(samples.begin(), samples.end());
+  const auto over = samples.end() - std::upper_bound(samples.begin(), samples.end(), 1000.0);
+  return {samples[samples.size() / 2], samples[samples.size() * 99 / 100], samples.back(),
+          static_cast<double>(samples.size()), static_cast<double>(over)};
+}
+
+// ------------------------------------------------------------------ R0
+thread_local c10::StreamId r0_current_id = kDefaultStreamId;
+std::array<Handle, kNumPoolStreamIds> r0_handles{};
+
+BENCH_OPAQUE Handle r0CurrentHandle() {
+  return r0_handles[r0_current_id];
+}
+
+// ------------------------------------------------------------------ R1
+struct R1Pool {
+  std::array<std::atomic<uint32_t>, 2> next{};  // [low, high]
+  std::array<std::atomic<Handle>, kNumPoolStreamIds> handles{};
+  std::array<c10::once_flag, kNumPoolStreamIds> created;
+
+  explicit R1Pool(Handle default_stream) { handles[kDefaultStreamId].store(default_stream); }
+
+  // 2^32 is a multiple of 32, so the order survives the counter wrapping.
+  BENCH_OPAQUE c10::StreamId handOut(int priority) {
+    const bool high = priority < 0;
+    const c10::StreamId id = (high ? kFirstHighPriorityStreamId : kFirstLowPriorityStreamId) +
+                             next[high].fetch_add(1, std::memory_order_relaxed) % kStreamsPerPool;
+    if (C10_UNLIKELY(handles[id].load(std::memory_order_acquire) == nullptr)) {
+      c10::call_once(created[id], [&] {
+        handles[id].store(runtimeContext()->createStream(high ? flex::RuntimeStreamPriority::HIGH
+                                                              : flex::RuntimeStreamPriority::NORMAL),
+                          std::memory_order_release);
+      });
+    }
+    return id;
+  }
+
+  BENCH_OPAQUE Handle resolve(c10::StreamId id) const {
+    const Handle handle =
+        id >= 0 && id < kNumPoolStreamIds ? handles[id].load(std::memory_order_acquire) : nullptr;
+    TORCH_CHECK(handle != nullptr, "R1: no handle for stream id ", id);
+    return handle;
+  }
+};
+
+// ------------------------------------------------------------------ R2
+struct InFlight {
+  std::atomic<uint64_t> launched{0};
+  std::atomic<uint64_t> completed{0};
+
+  BENCH_OPAQUE bool idle() const {
+    return completed.load(std::memory_order_acquire) >= launched.load(std::memory_order_acquire);
+  }
+};
+
+class R2Worker {
+ public:
+  R2Worker() : thread_([this] { run(); }) {}
+  ~R2Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    work_cv_.notify_one();
+    thread_.join();
+  }
+
+  BENCH_OPAQUE void launch(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(task));
+      counts_.launched.fetch_add(1, std::memory_order_release);
+    }
+    work_cv_.notify_one();
+  }
+
+  BENCH_OPAQUE void synchronize() {
+    const uint64_t target = counts_.launched.load(std::memory_order_acquire);
+    if (counts_.completed.load(std::memory_order_acquire) >= target) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [&] { return counts_.completed.load(std::memory_order_relaxed) >= target; });
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+      counts_.completed.fetch_add(1, std::memory_order_release);
+      done_cv_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::function<void()>> queue_;
+  InFlight counts_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+// ------------------------------------------------------------------ helpers
+Handle handleOf(c10::StreamId id) {
+  return SpyreStream(c10::Stream(c10::Stream::UNSAFE, getDefaultStream().device(), id))
+      .resolveRuntimeHandle();
+}
+
+Handle defaultHandle() {
+  return handleOf(kDefaultStreamId);
+}
+
+// Hands out every pool id once, so later hand-outs never create a stream.
+void mapAllPoolStreams() {
+  for (int i = 0; i < kStreamsPerPool; ++i) {
+    getStreamFromPool(-1, 0);
+    getStreamFromPool(-1, -1);
+  }
+}
+
+R1Pool& warmR1() {
+  static R1Pool* pool = [] {
+    auto* created = new R1Pool(defaultHandle());  // leaked, like our pool
+    for (int i = 0; i < kStreamsPerPool; ++i) {
+      created->handOut(0);
+      created->handOut(-1);
+    }
+    return created;
+  }();
+  return *pool;
+}
+
+template <class Ours, class Ref>
+void interleave(BenchResult& out, int repeats, Ours&& ours, Ref&& ref) {
+  for (int r = 0; r < repeats; ++r) {
+    out["ours"].push_back(ours());
+    out["ref"].push_back(ref());
+  }
+}
+
+// Thread 0 times `read` call by call while thread 1 calls `write`: in a loop
+// until the reader has taken `max_reads` samples or, with `write_count` > 0,
+// that many times, the reader stopping when the writer is done.
+template <class Read, class Write>
+Latency readWhileWriting(int64_t max_reads, int64_t write_count, Read&& read, Write&& write) {
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(max_reads));
+  std::atomic<int> started{0};
+  std::atomic<bool> reader_done{false};
+  std::atomic<bool> writer_done{false};
+  auto startTogether = [&] {
+    started.fetch_add(1);
+    while (started.load() < 2) std::this_thread::yield();
+  };
+  std::thread reader([&] {
+    pinTo(0);
+    startTogether();
+    while (static_cast<int64_t>(samples.size()) < max_reads &&
+           !(write_count > 0 && writer_done.load(std::memory_order_relaxed))) {
+      const auto start = Clock::now();
+      read();
+      samples.push_back(nsBetween(start, Clock::now()));
+    }
+    reader_done.store(true);
+  });
+  std::thread writer([&] {
+    pinTo(1);
+    startTogether();
+    if (write_count > 0) {
+      for (int64_t i = 0; i < write_count; ++i) write();
+    } else {
+      while (!reader_done.load(std::memory_order_relaxed)) write();
+    }
+    writer_done.store(true);
+  });
+  reader.join();
+  writer.join();
+  return percentiles(std::move(samples));
+}
+
+// ------------------------------------------------------------------ pool
+BenchResult poolResolve(int64_t n, int repeats) {
+  mapAllPoolStreams();
+  const SpyreStream ours = getStreamFromPool();
+  const R1Pool& r1 = warmR1();
+  const c10::StreamId id = ours.id();
+  BenchResult out;
+  interleave(
+      out, repeats, [&] { return nsPerCall(n, [&] { keep(ours.resolveRuntimeHandle()); }); },
+      [&] { return nsPerCall(n, [&] { keep(r1.resolve(id)); }); });
+  return out;
+}
+
+BenchResult poolCurrentStream(int64_t n, int repeats) {
+  mapAllPoolStreams();
+  for (c10::StreamId id = 0; id < kNumPoolStreamIds; ++id) r0_handles[id] = handleOf(id);
+  r0_current_id = getCurrentStream().id();
+  BenchResult out;
+  interleave(
+      out, repeats,
+      [&] { return nsPerCall(n, [] { keep(getCurrentStream().resolveRuntimeHandle()); }); },
+      [&] { return nsPerCall(n, [] { keep(r0CurrentHandle()); }); });
+  return out;
+}
+
+BenchResult poolGetStreamFromPool(int64_t n, int repeats) {
+  mapAllPoolStreams();
+  R1Pool& r1 = warmR1();
+  BenchResult out;
+  interleave(
+      out, repeats, [&] { return nsPerCall(n, [] { keep(getStreamFromPool(-1, 0).id()); }); },
+      [&] { return nsPerCall(n, [&] { keep(r1.handOut(0)); }); });
+  return out;
+}
+
+// "ours"/"ref" hold the reader's p99; the p50s are extras.
+BenchResult poolMixedReader(int64_t n, int repeats) {
+  mapAllPoolStreams();
+  const SpyreStream ours = getStreamFromPool();
+  R1Pool& r1 = warmR1();
+  const c10::StreamId id = ours.id();
+  BenchResult out;
+  for (int r = 0; r < repeats; ++r) {
+    const Latency mine = readWhileWriting(
+        n, 0, [&] { keep(ours.resolveRuntimeHandle()); },
+        [] { keep(getStreamFromPool(-1, 0).id()); });
+    const Latency theirs =
+        readWhileWriting(n, 0, [&] { keep(r1.resolve(id)); }, [&] { keep(r1.handOut(0)); });
+    out["ours"].push_back(mine.p99);
+    out["ref"].push_back(theirs.p99);
+    out["ours_p50"].push_back(mine.p50);
+    out["ref_p50"].push_back(theirs.p50);
+  }
+  return out;
+}
+
+// Must run before any pool id is handed out (a fresh process): thread 1
+// hands out all 64 ids, creating their flex streams, while thread 0 resolves
+// the default stream. "ours"/"ref" hold the reader's p99 over that window.
+BenchResult poolFirstTouch(int64_t n, int /*repeats: once per process*/) {
+  startRuntime();
+  TORCH_CHECK(mappedStreamCount() == 1,
+              "pool.first_touch must run in a fresh process: ", mappedStreamCount() - 1,
+              " pool ids are already mapped");
+  const SpyreStream default_stream = getDefaultStream();
+  const Latency mine = readWhileWriting(
+      n, 2 * kStreamsPerPool, [&] { keep(default_stream.resolveRuntimeHandle()); },
+      [&, i = 0]() mutable { keep(getStreamFromPool(-1, i++ % 2 == 0 ? 0 : -1).id()); });
+  TORCH_CHECK(mappedStreamCount() == kNumPoolStreamIds, "pool.first_touch: expected ",
+              kNumPoolStreamIds, " mapped ids, got ", mappedStreamCount());
+  R1Pool fresh(defaultHandle());
+  const Latency theirs = readWhileWriting(
+      n, 2 * kStreamsPerPool, [&] { keep(fresh.resolve(kDefaultStreamId)); },
+      [&, i = 0]() mutable { keep(fresh.handOut(i++ % 2 == 0 ? 0 : -1)); });
+  return {{"ours", {mine.p99}},
+          {"ref", {theirs.p99}},
+          {"ours_max", {mine.max}},
+          {"ref_max", {theirs.max}},
+          {"ours_samples", {mine.samples}},
+          {"ref_samples", {theirs.samples}},
+          {"ours_over_1us", {mine.over_1us}},
+          {"ref_over_1us", {theirs.over_1us}}};
+}
+
+// ------------------------------------------------------------------ stub
+const std::function<void()> kNoop = [] {};
+
+// "ours"/"ref" hold the median round trip; the p99s are extras. The two
+// alternate in short batches so both see the same machine.
+BenchResult stubRoundTrip(int64_t n, int repeats) {
+  constexpr int64_t kBatch = 20;
+  const SpyreStream stream = getStreamFromPool();
+  R2Worker r2;
+  auto ours = [&] {
+    stream.launchCompute(kNoop, "noop");
+    stream.synchronize();
+  };
+  auto ref = [&] {
+    r2.launch(kNoop);
+    r2.synchronize();
+  };
+  auto timeBatch = [](std::vector<double>& samples, auto&& roundTrip) {
+    for (int64_t i = 0; i < kBatch; ++i) {
+      const auto start = Clock::now();
+      roundTrip();
+      samples.push_back(nsBetween(start, Clock::now()));
+    }
+  };
+  ours();  // the first launch starts an engine thread
+  BenchResult out;
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> mine, theirs;
+    for (int64_t done = 0; done < n; done += kBatch) {
+      timeBatch(mine, ours);
+      timeBatch(theirs, ref);
+    }
+    const Latency a = percentiles(std::move(mine));
+    const Latency b = percentiles(std::move(theirs));
+    out["ours"].push_back(a.p50);
+    out["ref"].push_back(b.p50);
+    out["ours_p99"].push_back(a.p99);
+    out["ref_p99"].push_back(b.p99);
+  }
+  return out;
+}
+
+// `n` launches back to back, then one synchronize: ns per launch, end to end.
+BenchResult stubPipelined(int64_t n, int repeats) {
+  const SpyreStream stream = getStreamFromPool();
+  R2Worker r2;
+  BenchResult out;
+  interleave(
+      out, repeats,
+      [&] {
+        const auto start = Clock::now();
+        for (int64_t i = 0; i < n; ++i) stream.launchCompute(kNoop, "noop");
+        stream.synchronize();
+        return nsBetween(start, Clock::now()) / static_cast<double>(n);
+      },
+      [&] {
+        const auto start = Clock::now();
+        for (int64_t i = 0; i < n; ++i) r2.launch(kNoop);
+        r2.synchronize();
+        return nsBetween(start, Clock::now()) / static_cast<double>(n);
+      });
+  return out;
+}
+
+// Synchronize on an idle stream vs query() on it; checks nothing was enqueued.
+BenchResult stubIdleSync(int64_t n, int repeats) {
+  const SpyreStream stream = getStreamFromPool();
+  stream.synchronize();
+  const Handle handle = stream.resolveRuntimeHandle();
+  const uint64_t launched_before = handle->launchedOps();
+  BenchResult out;
+  interleave(
+      out, repeats, [&] { return nsPerCall(n, [&] { stream.synchronize(); }); },
+      [&] { return nsPerCall(n, [&] { keep(stream.query()); }); });
+  out["enqueued_nothing"] = {handle->launchedOps() == launched_before ? 1.0 : 0.0};
+  return out;
+}
+
+// synchronizeDevice() with all 65 ids mapped and idle, vs checking 65
+// in-flight counters (R2's idle test) in turn.
+BenchResult stubIdleDeviceSync(int64_t n, int repeats) {
+  mapAllPoolStreams();
+  synchronizeDevice();
+  std::vector<Handle> handles;
+  std::vector<uint64_t> launched_before;
+  for (c10::StreamId id = 0; id < kNumPoolStreamIds; ++id) {
+    handles.push_back(handleOf(id));
+    launched_before.push_back(handles.back()->launchedOps());
+  }
+  std::array<InFlight, kNumPoolStreamIds> counters;
+  BenchResult out;
+  interleave(
+      out, repeats, [&] { return nsPerCall(n, [] { synchronizeDevice(); }); },
+      [&] {
+        return nsPerCall(n, [&] {
+          for (const InFlight& c : counters) keep(c.idle());
+        });
+      });
+  bool enqueued_nothing = true;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    enqueued_nothing = enqueued_nothing && handles[i]->launchedOps() == launched_before[i];
+  }
+  out["mapped_streams"] = {static_cast<double>(mappedStreamCount())};
+  out["enqueued_nothing"] = {enqueued_nothing ? 1.0 : 0.0};
+  return out;
+}
+
+// Wall time of `delays_per_stream` delays of kDelayMs on each of `streams`
+// (launched round robin), against the ideal kDelayMs as the reference.
+BenchResult stubOverlap(const std::vector<SpyreStream>& streams, int delays_per_stream,
+                        int repeats) {
+  BenchResult out;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    for (int d = 0; d < delays_per_stream; ++d) {
+      for (const SpyreStream& s : streams) s.launchDelay(kDelayMs);
+    }
+    for (const SpyreStream& s : streams) s.synchronize();
+    out["ours"].push_back(nsBetween(start, Clock::now()) / 1e6);
+    out["ref"].push_back(kDelayMs);
+  }
+  return out;
+}
+
+std::vector<SpyreStream> poolStreams(int count) {
+  std::vector<SpyreStream> streams;
+  for (int i = 0; i < count; ++i) streams.push_back(getStreamFromPool());
+  return streams;  // distinct: fewer than kStreamsPerPool consecutive hand-outs
+}
+
+using Benchmark = BenchResult (*)(int64_t, int);
+
+const std::map<std::string, Benchmark>& registry() {
+  static const std::map<std::string, Benchmark> benchmarks = {
+      {"pool.resolve", poolResolve},
+      {"pool.current_stream", poolCurrentStream},
+      {"pool.get_stream_from_pool", poolGetStreamFromPool},
+      {"pool.mixed_reader", poolMixedReader},
+      {"pool.first_touch", poolFirstTouch},
+      {"stub.round_trip", stubRoundTrip},
+      {"stub.pipelined", stubPipelined},
+      {"stub.idle_sync", stubIdleSync},
+      {"stub.idle_device_sync", stubIdleDeviceSync},
+      {"stub.overlap_2_streams",
+       [](int64_t, int repeats) { return stubOverlap(poolStreams(2), 1, repeats); }},
+      {"stub.overlap_32_streams",
+       [](int64_t, int repeats) { return stubOverlap(poolStreams(kStreamsPerPool), 1, repeats); }},
+      {"stub.same_stream_2_delays",
+       [](int64_t, int repeats) { return stubOverlap(poolStreams(1), 2, repeats); }},
+  };
+  return benchmarks;
+}
+
+}  // namespace
+
+BenchResult runBenchmark(const std::string& name, int64_t iterations, int repeats) {
+  const auto& benchmarks = registry();
+  auto it = benchmarks.find(name);
+  TORCH_CHECK(it != benchmarks.end(), "unknown benchmark '", name, "'");
+  TORCH_CHECK(iterations > 0 && repeats > 0, "benchmark '", name,
+              "': iterations and repeats must be positive, got ", iterations, " and ", repeats);
+  return it->second(iterations, repeats);
+}
+
+std::vector<std::string> benchmarkNames() {
+  std::vector<std::string> names;
+  for (const auto& entry : registry()) names.push_back(entry.first);
+  return names;
+}
+
+}  // namespace spyre
