@@ -1,36 +1,203 @@
-"""Streams on spyre: the same work on one stream, then split over two streams.
+"""Streams on spyre, made visible: a copy -> compute -> copy pipeline.
 
-Each chunk's "kernel" is emulated device time (torch.spyre._sleep); work on
-different streams overlaps, so two streams finish in about half the time.
+The same work runs twice on the emulated device. First everything goes on one
+stream. Then three streams share it: copy-in, compute and copy-out, with
+events between them. Chunk i's compute then overlaps chunk i+1's copy-in and
+chunk i-1's copy-out. The script checks that both runs give identical
+results and prints the speed-up from the overlap. It also writes a Chrome
+trace (chrome://tracing, ui.perfetto.dev) and a PNG timeline, one lane per
+stream.
+
+Device time is emulated. Copies run at FLEX_STUB_DMA_GBPS, which the script
+sets before torch starts the runtime. Each chunk's kernel quantizes the chunk
+to bfloat16. That is real math, and it runs on the device timeline. Then
+torch.spyre._sleep holds the stream for the time a heavier kernel would take.
+(Ops without a spyre kernel, such as sigmoid, would take the CPU fallback.
+The fallback copies data through the host and blocks the host while it does,
+which would hide the overlap this demo is about.)
+
+    python examples/streams_demo.py               # writes ./out/
+    python examples/streams_demo.py --out DIR --small
 """
 
+import argparse
+import json
+import os
 import time
 
-import torch
+# Read once, when the runtime starts: set it before importing torch.
+os.environ.setdefault("FLEX_STUB_DMA_GBPS", "1")  # 1 GB/s: 1 MiB takes ~1 ms
+
+import torch  # noqa: E402  (registers torch.spyre)
+import torch_spyre  # noqa: E402, F401  (the package, for its trace bindings)
+from torch_spyre import _C  # noqa: E402
+
+SIZES = {  # chunks, float32 elements per chunk, emulated kernel time (ms)
+    "full": (8, 1 << 20, 3.0),
+    "small": (3, 1 << 16, 1.0),
+}
+KIND_COLORS = {
+    "h2d": "#4C72B0",
+    "d2h": "#55A868",
+    "compute": "#C44E52",
+    "delay": "#DD8452",
+    "event_wait": "#DDDDDD",
+}
+KIND_LABELS = {
+    "h2d": "copy host to device",
+    "d2h": "copy device to host",
+    "compute": "kernel: quantize to bfloat16",
+    "delay": "kernel: emulated time",
+    "event_wait": "waiting on an event",
+}
 
 
-def run(num_streams, chunks=4, kernel_ms=50.0):
-    streams = [torch.spyre.Stream() for _ in range(num_streams)]
-    data = torch.arange(chunks * 4, dtype=torch.float32).reshape(chunks, 4)
-    results = [None] * chunks
-    torch.spyre.synchronize()
-    start = time.perf_counter()
-    for i in range(chunks):
-        with torch.spyre.stream(streams[i % num_streams]):
-            x = data[i].to("spyre")
+def pipeline(inputs, outputs, copy_in, compute, copy_out, kernel_ms):
+    """Each chunk: copy in, compute, copy out, ordered across streams by events.
+
+    On one stream (all three the same) the events are no-ops and the steps
+    run back to back.
+    """
+    for host_in, host_out in zip(inputs, outputs):
+        loaded, computed = torch.spyre.Event(), torch.spyre.Event()
+        with torch.spyre.stream(copy_in):
+            chunk = host_in.to("spyre", non_blocking=True)
+            loaded.record(copy_in)
+        with torch.spyre.stream(compute):
+            compute.wait_event(loaded)
+            result = chunk.to(torch.bfloat16)
             torch.spyre._sleep(kernel_ms)
-            results[i] = x * 2
+            computed.record(compute)
+        with torch.spyre.stream(copy_out):
+            copy_out.wait_event(computed)
+            host_out.copy_(result, non_blocking=True)
+            # `result` was made on the compute stream: its memory must not be
+            # reused before this stream has copied it out.
+            result.record_stream(copy_out)
     torch.spyre.synchronize()
-    return time.perf_counter() - start, torch.stack([r.cpu() for r in results])
 
 
-def main():
-    one_time, one = run(1)
-    two_time, two = run(2)
-    assert torch.equal(one, two)
-    print(f"1 stream : {one_time * 1e3:6.1f} ms")
-    print(f"2 streams: {two_time * 1e3:6.1f} ms  (speed-up {one_time / two_time:.2f}x, same results)")
+def timed_run(inputs, streams, kernel_ms, trace_path=None):
+    """Wall seconds and the stacked results; records a trace when given a path."""
+    outputs = [torch.empty(host_in.shape, dtype=torch.bfloat16).pin_memory() for host_in in inputs]
+    if trace_path:
+        _C._trace_start()
+    start = time.perf_counter()
+    pipeline(inputs, outputs, *streams, kernel_ms)
+    seconds = time.perf_counter() - start
+    if trace_path:
+        _C._trace_stop(trace_path)
+    return seconds, torch.stack(outputs)
+
+
+def lane_name(kinds):
+    """Names a stream of the three-stream run after the work it did."""
+    if "compute" in kinds:
+        return "compute"
+    return "copy-in" if "h2d" in kinds else "copy-out"
+
+
+def merge_traces(runs, path):
+    """One Chrome trace with a process per run; returns the ops per run and lane."""
+    events, lanes = [], {}
+    for pid, (title, run_path) in enumerate(runs, start=1):
+        with open(run_path) as f:
+            ops = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+        os.remove(run_path)
+        origin = min(op["ts"] for op in ops)
+        by_stream = {}
+        for op in ops:
+            by_stream.setdefault(op["tid"], []).append(op)
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": title}})
+        run_lanes = {}
+        for tid, stream_ops in sorted(by_stream.items()):
+            name = "stream" if len(by_stream) == 1 else lane_name({op["cat"] for op in stream_ops})
+            events.append(
+                {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+            )
+            for op in stream_ops:
+                events.append({**op, "pid": pid, "ts": op["ts"] - origin})
+            run_lanes[name] = [(op["cat"], op["ts"] - origin, op["dur"]) for op in stream_ops]
+        lanes[title] = run_lanes
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+    return lanes
+
+
+def plot_timeline(lanes, walls, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    order = ["copy-in", "compute", "copy-out", "stream"]
+    fig, axes = plt.subplots(
+        len(lanes), 1, figsize=(9, 3.4), sharex=True,
+        gridspec_kw={"height_ratios": [len(run) for run in lanes.values()]},
+    )
+    seen = set()
+    for ax, (title, run) in zip(axes, lanes.items()):
+        names = sorted(run, key=order.index)
+        for row, name in enumerate(reversed(names)):
+            for kind, start_us, dur_us in run[name]:
+                if dur_us <= 0 or kind not in KIND_COLORS:
+                    continue
+                seen.add(kind)
+                ax.broken_barh([(start_us / 1e3, dur_us / 1e3)], (row - 0.4, 0.8),
+                               facecolors=KIND_COLORS[kind], edgecolors="white", linewidth=0.5)
+        ax.set_yticks(range(len(names)), list(reversed(names)))
+        ax.set_title(f"{title}: {walls[title] * 1e3:.0f} ms", loc="left", fontsize=10)
+        ax.tick_params(labelsize=8)
+    axes[-1].set_xlabel("emulated device time (ms)")
+    fig.legend(
+        handles=[Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen],
+        loc="lower center", ncol=len(seen), fontsize=8, frameon=False,
+    )
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="copy -> compute -> copy on 1 and 3 spyre streams")
+    parser.add_argument("--out", default="out", help="output folder (default ./out)")
+    parser.add_argument("--small", action="store_true", help="a small, quick run (CI)")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    chunks, elements, kernel_ms = SIZES["small" if args.small else "full"]
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(elements).pin_memory() for _ in range(chunks)]
+    one = torch.spyre.Stream()
+    three = [torch.spyre.Stream() for _ in range(3)]  # distinct from `one` and each other
+    runs = {"1 stream": (one, one, one), "3 streams + events": tuple(three)}
+
+    timed_run(inputs[:1], runs["3 streams + events"], kernel_ms)  # starts the runtime's engines
+    walls, results, traces = {}, {}, []
+    for title, streams in runs.items():
+        run_trace = os.path.join(args.out, f"run{len(traces)}.json")
+        walls[title], results[title] = timed_run(inputs, streams, kernel_ms, run_trace)
+        traces.append((title, run_trace))
+
+    single, overlapped = results.values()
+    expected = torch.stack(inputs).to(torch.bfloat16)
+    identical = torch.equal(single, overlapped) and torch.equal(single, expected)
+    trace_path = os.path.join(args.out, "streams_demo_trace.json")
+    png_path = os.path.join(args.out, "streams_demo.png")
+    plot_timeline(merge_traces(traces, trace_path), walls, png_path)
+
+    megabytes = elements * 4 / 2**20
+    print(f"{chunks} chunks of {megabytes:g} MiB, DMA {os.environ['FLEX_STUB_DMA_GBPS']} GB/s, "
+          f"kernel {kernel_ms:g} ms per chunk")
+    for title, seconds in walls.items():
+        print(f"  {title:<20} {seconds * 1e3:7.1f} ms")
+    single_s, overlapped_s = walls.values()
+    print(f"speed-up from overlap: {single_s / overlapped_s:.2f}x, "
+          f"results identical: {identical}")
+    print(f"wrote {trace_path} and {png_path}")
+    return 0 if identical else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
