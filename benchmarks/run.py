@@ -57,6 +57,12 @@ def print_table(rows):
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines)]
     for line in [header, tuple("-" * w for w in widths), *lines]:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip())
+    print("\ndetails (medians; latencies in ns):")
+    for row in rows:
+        details = {**row.extras, **row.checks}
+        if details:
+            pairs = (f"{k}={v}" if isinstance(v, bool) else f"{k}={v:g}" for k, v in details.items())
+            print(f"  {row.name}: " + ", ".join(pairs))
 
 
 def main(argv=None):
