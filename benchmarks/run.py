@@ -3,6 +3,7 @@
     python benchmarks/run.py                  # the full run (a few minutes)
     python benchmarks/run.py --quick          # short loops: proves the code works, not the speed
     python benchmarks/run.py --only stub. --json results.json
+    python benchmarks/run.py --markdown       # the table as docs/performance.md shows it
 
 Each row is a ratio of ours to a reference measured in the same process,
 alternating A B A B ... and taking medians (default 7 repeats). Targets are
@@ -41,7 +42,7 @@ def machine():
     }
 
 
-def print_table(rows):
+def print_table(rows, markdown=False):
     header = ("name", "ours", "reference", "ratio", "target", "result")
     lines = [
         (
@@ -54,6 +55,10 @@ def print_table(rows):
         )
         for row in rows
     ]
+    if markdown:  # as docs/performance.md shows it
+        for line in [header, ("---",) * len(header), *lines]:
+            print("| " + " | ".join(line) + " |")
+        return
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines)]
     for line in [header, tuple("-" * w for w in widths), *lines]:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip())
@@ -71,6 +76,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, help="A/B repeats per row (default 7, quick 3)")
     parser.add_argument("--only", default="", help="run the rows whose name starts with this")
     parser.add_argument("--json", help="also write the rows and the machine to this file")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 7)
 
@@ -87,7 +93,7 @@ def main(argv=None):
         args.quick, repeats, selected
     )
     info["load_after"] = os.getloadavg()[0]
-    print_table(rows)
+    print_table(rows, args.markdown)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": info, "rows": [row.as_dict() for row in rows]}, f, indent=1)
