@@ -71,15 +71,12 @@ void pinTo(int cpu) {
 
 struct Latency {
   double p50 = 0, p99 = 0, max = 0;
-  double samples = 0, over_1us = 0;
 };
 
 Latency percentiles(std::vector<double> samples) {
   TORCH_CHECK(!samples.empty(), "benchmark: no latency samples");
   std::sort(samples.begin(), samples.end());
-  const auto over = samples.end() - std::upper_bound(samples.begin(), samples.end(), 1000.0);
-  return {samples[samples.size() / 2], samples[samples.size() * 99 / 100], samples.back(),
-          static_cast<double>(samples.size()), static_cast<double>(over)};
+  return {samples[samples.size() / 2], samples[(samples.size() - 1) * 99 / 100], samples.back()};
 }
 
 // ------------------------------------------------------------------ R0
@@ -222,44 +219,71 @@ void interleave(BenchResult& out, int repeats, Ours&& ours, Ref&& ref) {
   }
 }
 
-// Thread 0 times `read` call by call while thread 1 calls `write`: in a loop
-// until the reader has taken `max_reads` samples or, with `write_count` > 0,
-// that many times, the reader stopping when the writer is done.
+// Thread 0 times `read` call by call while thread 1 loops `write`; returns
+// the read latencies. The writer starts after the reader's first call, so the
+// two always overlap.
 template <class Read, class Write>
-Latency readWhileWriting(int64_t max_reads, int64_t write_count, Read&& read, Write&& write) {
+std::vector<double> readWhileWriting(int64_t reads, Read&& read, Write&& write) {
   std::vector<double> samples;
-  samples.reserve(static_cast<size_t>(max_reads));
-  std::atomic<int> started{0};
+  samples.reserve(static_cast<size_t>(reads));
+  std::atomic<bool> reading{false};
   std::atomic<bool> reader_done{false};
-  std::atomic<bool> writer_done{false};
-  auto startTogether = [&] {
-    started.fetch_add(1);
-    while (started.load() < 2) std::this_thread::yield();
-  };
   std::thread reader([&] {
     pinTo(0);
-    startTogether();
-    while (static_cast<int64_t>(samples.size()) < max_reads &&
-           !(write_count > 0 && writer_done.load(std::memory_order_relaxed))) {
+    for (int64_t i = 0; i < reads; ++i) {
       const auto start = Clock::now();
       read();
       samples.push_back(nsBetween(start, Clock::now()));
+      reading.store(true, std::memory_order_relaxed);
     }
     reader_done.store(true);
   });
   std::thread writer([&] {
     pinTo(1);
-    startTogether();
-    if (write_count > 0) {
-      for (int64_t i = 0; i < write_count; ++i) write();
-    } else {
-      while (!reader_done.load(std::memory_order_relaxed)) write();
-    }
-    writer_done.store(true);
+    while (!reading.load()) std::this_thread::yield();
+    while (!reader_done.load(std::memory_order_relaxed)) write();
   });
   reader.join();
   writer.join();
-  return percentiles(std::move(samples));
+  return samples;
+}
+
+// Thread 1 makes `writes` calls of `write` while thread 0 loops `read` until
+// the writer is done. Returns, per write, the longest read that overlapped it:
+// a read overlaps write k if k started before the read ended and had not
+// finished when the read started.
+template <class Read, class Write>
+std::vector<double> longestReadPerWrite(int writes, Read&& read, Write&& write) {
+  std::vector<double> longest(static_cast<size_t>(writes), 0.0);
+  std::atomic<int> started{0};
+  std::atomic<int> finished{0};
+  std::atomic<bool> reading{false};
+  std::thread reader([&] {
+    pinTo(0);
+    while (finished.load() < writes) {
+      const int finished_before = finished.load();
+      const auto start = Clock::now();
+      read();
+      const double ns = nsBetween(start, Clock::now());
+      const int started_after = started.load();
+      for (int k = finished_before; k < started_after; ++k) {
+        longest[k] = std::max(longest[k], ns);
+      }
+      reading.store(true, std::memory_order_relaxed);
+    }
+  });
+  std::thread writer([&] {
+    pinTo(1);
+    while (!reading.load()) std::this_thread::yield();
+    for (int k = 0; k < writes; ++k) {
+      started.store(k + 1);
+      write(k);
+      finished.store(k + 1);
+    }
+  });
+  reader.join();
+  writer.join();
+  return longest;
 }
 
 // ------------------------------------------------------------------ pool
@@ -305,11 +329,11 @@ BenchResult poolMixedReader(int64_t n, int repeats) {
   const c10::StreamId id = ours.id();
   BenchResult out;
   for (int r = 0; r < repeats; ++r) {
-    const Latency mine = readWhileWriting(
-        n, 0, [&] { keep(ours.resolveRuntimeHandle()); },
-        [] { keep(getStreamFromPool(-1, 0).id()); });
-    const Latency theirs =
-        readWhileWriting(n, 0, [&] { keep(r1.resolve(id)); }, [&] { keep(r1.handOut(0)); });
+    const Latency mine = percentiles(readWhileWriting(
+        n, [&] { keep(ours.resolveRuntimeHandle()); },
+        [] { keep(getStreamFromPool(-1, 0).id()); }));
+    const Latency theirs = percentiles(
+        readWhileWriting(n, [&] { keep(r1.resolve(id)); }, [&] { keep(r1.handOut(0)); }));
     out["ours"].push_back(mine.p99);
     out["ref"].push_back(theirs.p99);
     out["ours_p50"].push_back(mine.p50);
@@ -318,32 +342,37 @@ BenchResult poolMixedReader(int64_t n, int repeats) {
   return out;
 }
 
-// Must run before any pool id is handed out (a fresh process): thread 1
-// hands out all 64 ids, creating their flex streams, while thread 0 resolves
-// the default stream. "ours"/"ref" hold the reader's p99 over that window.
-BenchResult poolFirstTouch(int64_t n, int /*repeats: once per process*/) {
+// Must run before any pool id is handed out (a fresh process): thread 1 hands
+// out all 64 ids, each creating its flex stream, while thread 0 resolves the
+// default stream in a loop. The longest resolve that overlapped a first touch
+// is the stall it caused; "ours"/"ref" hold the p99 of those stalls over the
+// 64 first touches (with 64 values, the second longest).
+BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the writer is done*/,
+                           int /*repeats: once per process*/) {
   startRuntime();
   TORCH_CHECK(mappedStreamCount() == 1,
               "pool.first_touch must run in a fresh process: ", mappedStreamCount() - 1,
               " pool ids are already mapped");
+  constexpr int kFirstTouches = 2 * kStreamsPerPool;
+  auto stalls = [&](auto&& read, auto&& handOut) {
+    std::vector<double> longest = longestReadPerWrite(
+        kFirstTouches, read, [&](int k) { keep(handOut(k % 2 == 0 ? 0 : -1)); });
+    const auto stalled = std::count_if(longest.begin(), longest.end(),
+                                       [](double ns) { return ns > 1000.0; });
+    const Latency latency = percentiles(std::move(longest));
+    return std::array<double, 3>{latency.p99, latency.max, static_cast<double>(stalled)};
+  };
   const SpyreStream default_stream = getDefaultStream();
-  const Latency mine = readWhileWriting(
-      n, 2 * kStreamsPerPool, [&] { keep(default_stream.resolveRuntimeHandle()); },
-      [&, i = 0]() mutable { keep(getStreamFromPool(-1, i++ % 2 == 0 ? 0 : -1).id()); });
+  const auto mine = stalls([&] { keep(default_stream.resolveRuntimeHandle()); },
+                           [](int priority) { return getStreamFromPool(-1, priority).id(); });
   TORCH_CHECK(mappedStreamCount() == kNumPoolStreamIds, "pool.first_touch: expected ",
               kNumPoolStreamIds, " mapped ids, got ", mappedStreamCount());
   R1Pool fresh(defaultHandle());
-  const Latency theirs = readWhileWriting(
-      n, 2 * kStreamsPerPool, [&] { keep(fresh.resolve(kDefaultStreamId)); },
-      [&, i = 0]() mutable { keep(fresh.handOut(i++ % 2 == 0 ? 0 : -1)); });
-  return {{"ours", {mine.p99}},
-          {"ref", {theirs.p99}},
-          {"ours_max", {mine.max}},
-          {"ref_max", {theirs.max}},
-          {"ours_samples", {mine.samples}},
-          {"ref_samples", {theirs.samples}},
-          {"ours_over_1us", {mine.over_1us}},
-          {"ref_over_1us", {theirs.over_1us}}};
+  const auto theirs = stalls([&] { keep(fresh.resolve(kDefaultStreamId)); },
+                             [&](int priority) { return fresh.handOut(priority); });
+  return {{"ours", {mine[0]}},         {"ref", {theirs[0]}},
+          {"ours_max", {mine[1]}},     {"ref_max", {theirs[1]}},
+          {"ours_stalled", {mine[2]}}, {"ref_stalled", {theirs[2]}}};
 }
 
 // ------------------------------------------------------------------ stub
