@@ -248,13 +248,19 @@ std::vector<double> readWhileWriting(int64_t reads, Read&& read, Write&& write) 
   return samples;
 }
 
+struct ReadsDuringWrites {
+  std::vector<double> longest_read;  // per write
+  double writes_ns = 0;              // from the first write's start to the last one's end
+};
+
 // Thread 1 makes `writes` calls of `write` while thread 0 loops `read` until
-// the writer is done. Returns, per write, the longest read that overlapped it:
+// the writer is done. Finds, per write, the longest read that overlapped it:
 // a read overlaps write k if k started before the read ended and had not
 // finished when the read started.
 template <class Read, class Write>
-std::vector<double> longestReadPerWrite(int writes, Read&& read, Write&& write) {
+ReadsDuringWrites longestReadPerWrite(int writes, Read&& read, Write&& write) {
   std::vector<double> longest(static_cast<size_t>(writes), 0.0);
+  double writes_ns = 0;
   std::atomic<int> started{0};
   std::atomic<int> finished{0};
   std::atomic<bool> reading{false};
@@ -275,15 +281,17 @@ std::vector<double> longestReadPerWrite(int writes, Read&& read, Write&& write) 
   std::thread writer([&] {
     pinTo(1);
     while (!reading.load()) std::this_thread::yield();
+    const auto start = Clock::now();
     for (int k = 0; k < writes; ++k) {
       started.store(k + 1);
       write(k);
       finished.store(k + 1);
     }
+    writes_ns = nsBetween(start, Clock::now());
   });
   reader.join();
   writer.join();
-  return longest;
+  return {std::move(longest), writes_ns};
 }
 
 // ------------------------------------------------------------------ pool
@@ -355,12 +363,14 @@ BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the write
               " pool ids are already mapped");
   constexpr int kFirstTouches = 2 * kStreamsPerPool;
   auto stalls = [&](auto&& read, auto&& handOut) {
-    std::vector<double> longest = longestReadPerWrite(
+    ReadsDuringWrites result = longestReadPerWrite(
         kFirstTouches, read, [&](int k) { keep(handOut(k % 2 == 0 ? 0 : -1)); });
-    const auto stalled = std::count_if(longest.begin(), longest.end(),
-                                       [](double ns) { return ns > 1000.0; });
-    const Latency latency = percentiles(std::move(longest));
-    return std::array<double, 3>{latency.p99, latency.max, static_cast<double>(stalled)};
+    const auto& longest = result.longest_read;
+    const auto stalled =
+        std::count_if(longest.begin(), longest.end(), [](double ns) { return ns > 1000.0; });
+    const Latency latency = percentiles(longest);
+    return std::array<double, 4>{latency.p99, latency.max, static_cast<double>(stalled),
+                                 result.writes_ns / kFirstTouches};
   };
   const SpyreStream default_stream = getDefaultStream();
   const auto mine = stalls([&] { keep(default_stream.resolveRuntimeHandle()); },
@@ -370,9 +380,14 @@ BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the write
   R1Pool fresh(defaultHandle());
   const auto theirs = stalls([&] { keep(fresh.resolve(kDefaultStreamId)); },
                              [&](int priority) { return fresh.handOut(priority); });
-  return {{"ours", {mine[0]}},         {"ref", {theirs[0]}},
-          {"ours_max", {mine[1]}},     {"ref_max", {theirs[1]}},
-          {"ours_stalled", {mine[2]}}, {"ref_stalled", {theirs[2]}}};
+  return {{"ours", {mine[0]}},
+          {"ref", {theirs[0]}},
+          {"ours_max", {mine[1]}},
+          {"ref_max", {theirs[1]}},
+          {"ours_stalled", {mine[2]}},
+          {"ref_stalled", {theirs[2]}},
+          {"ours_ns_per_first_touch", {mine[3]}},
+          {"ref_ns_per_first_touch", {theirs[3]}}};
 }
 
 // ------------------------------------------------------------------ stub
