@@ -310,6 +310,7 @@ BenchResult poolResolve(int64_t n, int repeats) {
 BenchResult poolCurrentStream(int64_t n, int repeats) {
   mapAllPoolStreams();
   for (c10::StreamId id = 0; id < kNumPoolStreamIds; ++id) r0_handles[id] = handleOf(id);
+  // A store GCC can see: otherwise it folds R0's thread-local read to a constant.
   r0_current_id = getCurrentStream().id();
   BenchResult out;
   interleave(
@@ -517,7 +518,7 @@ BenchResult stubOverlap(const std::vector<SpyreStream>& streams, int delays_per_
 std::vector<SpyreStream> poolStreams(int count) {
   std::vector<SpyreStream> streams;
   for (int i = 0; i < count; ++i) streams.push_back(getStreamFromPool());
-  return streams;  // distinct: fewer than kStreamsPerPool consecutive hand-outs
+  return streams;  // distinct: at most kStreamsPerPool consecutive hand-outs of one pool
 }
 
 using Benchmark = BenchResult (*)(int64_t, int);

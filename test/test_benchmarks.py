@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 
-from conftest import DEVICE_ENV
+import torch_spyre._C as C
+
+from conftest import DEVICE_ENV, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,9 +53,14 @@ def test_quick_run_reports_every_row_and_idle_syncs_enqueue_nothing(tmp_path):
     assert rows["stub.idle_device_sync_65"]["extras"]["mapped_streams"] == 65
 
 
-def test_first_touch_refuses_a_process_that_already_mapped_pool_ids():
-    from conftest import run_python
+def test_every_cpp_benchmark_has_a_row(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import native
 
+    assert {bench for bench, *_ in native.ROWS.values()} == set(C._bench_names())
+
+
+def test_first_touch_refuses_a_process_that_already_mapped_pool_ids():
     proc = run_python(
         """
         import torch, torch_spyre._C as C
