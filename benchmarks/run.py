@@ -1,6 +1,6 @@
 """Every benchmark of docs/performance.md, as one table.
 
-    python benchmarks/run.py                  # the full run (a few minutes)
+    python benchmarks/run.py                  # the full run (about 2 minutes)
     python benchmarks/run.py --quick          # short loops: proves the code works, not the speed
     python benchmarks/run.py --only stub. --json results.json
     python benchmarks/run.py --markdown       # the table as docs/performance.md shows it
@@ -32,10 +32,21 @@ def format_value(value, unit):
     return f"{value:.1f} ns"
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def machine():
     return {
         "cpus": os.cpu_count(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "load_before": os.getloadavg()[0],
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -85,7 +96,7 @@ def main(argv=None):
 
     info = machine()
     print(
-        f"{info['cpus']} CPUs, load {info['load_before']:.2f}, Python {info['python']}, "
+        f"{info['cpus']} x {info['cpu']}, load {info['load_before']:.2f}, Python {info['python']}, "
         f"torch {info['torch']}, {repeats} repeats{' (quick)' if args.quick else ''}",
         flush=True,
     )
