@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Target:
-    """What a row must show: ratio <= bound, ratio >= bound, ours < bound (absolute), or report only."""
+    """What a row must show: ratio <= bound, ratio >= bound, ours < bound
+    (absolute), or nothing (report only)."""
 
     kind: str  # "max_ratio", "min_ratio", "max_ours", "report"
     bound: float = 0.0

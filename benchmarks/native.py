@@ -12,7 +12,8 @@ from measure import REPORT, Row, at_least, at_most, below, median
 ROWS = {
     "pool.resolve": ("pool.resolve", "R1", REPORT, (1_000_000, 20_000)),
     "pool.current_stream": ("pool.current_stream", "R0", REPORT, (1_000_000, 20_000)),
-    "pool.get_stream_from_pool": ("pool.get_stream_from_pool", "R1", at_most(5), (1_000_000, 20_000)),
+    "pool.get_stream_from_pool": (
+        "pool.get_stream_from_pool", "R1", at_most(5), (1_000_000, 20_000)),
     "pool.mixed_reader_p99": ("pool.mixed_reader", "R1", REPORT, (200_000, 5_000)),
     # 64 first touches in a fresh process; the reader runs until they are done.
     "pool.first_touch_p99": (

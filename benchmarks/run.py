@@ -77,7 +77,9 @@ def print_table(rows, markdown=False):
     for row in rows:
         details = {**row.extras, **row.checks}
         if details:
-            pairs = (f"{k}={v}" if isinstance(v, bool) else f"{k}={v:g}" for k, v in details.items())
+            pairs = (
+                f"{k}={v}" if isinstance(v, bool) else f"{k}={v:g}" for k, v in details.items()
+            )
             print(f"  {row.name}: " + ", ".join(pairs))
 
 

@@ -102,9 +102,9 @@ struct R1Pool {
                              next[high].fetch_add(1, std::memory_order_relaxed) % kStreamsPerPool;
     if (C10_UNLIKELY(handles[id].load(std::memory_order_acquire) == nullptr)) {
       c10::call_once(created[id], [&] {
-        handles[id].store(runtimeContext()->createStream(high ? flex::RuntimeStreamPriority::HIGH
-                                                              : flex::RuntimeStreamPriority::NORMAL),
-                          std::memory_order_release);
+        const auto priority =
+            high ? flex::RuntimeStreamPriority::HIGH : flex::RuntimeStreamPriority::NORMAL;
+        handles[id].store(runtimeContext()->createStream(priority), std::memory_order_release);
       });
     }
     return id;
@@ -153,7 +153,9 @@ class R2Worker {
     const uint64_t target = counts_.launched.load(std::memory_order_acquire);
     if (counts_.completed.load(std::memory_order_acquire) >= target) return;
     std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return counts_.completed.load(std::memory_order_relaxed) >= target; });
+    done_cv_.wait(lock, [&] {
+      return counts_.completed.load(std::memory_order_relaxed) >= target;
+    });
   }
 
  private:

@@ -151,7 +151,9 @@ def plot_timeline(lanes, walls, path):
         ax.tick_params(labelsize=8)
     axes[-1].set_xlabel("emulated device time (ms)")
     fig.legend(
-        handles=[Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen],
+        handles=[
+            Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen
+        ],
         loc="lower center", ncol=len(seen), fontsize=8, frameon=False,
     )
     fig.tight_layout(rect=(0, 0.08, 1, 1))

@@ -37,7 +37,8 @@ def test_quick_run_reports_every_row_and_idle_syncs_enqueue_nothing(tmp_path):
     results = tmp_path / "results.json"
     env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick", "--json", str(results)],
+        [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick",
+         "--json", str(results)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr

@@ -28,7 +28,9 @@ def test_demo_small_writes_trace_and_timeline(tmp_path):
     assert (out / "streams_demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     events = json.loads((out / "streams_demo_trace.json").read_text())["traceEvents"]
     lanes = {
-        (e["pid"], e["args"]["name"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+        (e["pid"], e["args"]["name"])
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name"
     }
     assert lanes == {(1, "stream"), (2, "copy-in"), (2, "compute"), (2, "copy-out")}
     kinds = {e["cat"] for e in events if e["ph"] == "X"}
