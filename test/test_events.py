@@ -223,6 +223,31 @@ def test_other_streams_are_not_held_by_a_wait():
         assert consumer.query() is False
 
 
+def test_a_waiting_stream_does_not_occupy_an_engine():
+    # One engine: if the parked consumer held it, the bystander could never run.
+    proc = run_python(
+        """
+        import torch
+        from torch_spyre.testing import Gate
+        producer, consumer, bystander = (torch.spyre.Stream() for _ in range(3))
+        with Gate() as gate:
+            gate.block(producer)
+            consumer.wait_event(producer.record_event())
+            with consumer:
+                torch.spyre._sleep(0)
+            with bystander:
+                torch.spyre._sleep(0)
+            bystander.synchronize()
+            print(bystander.query(), consumer.query())
+            gate.release()
+            consumer.synchronize()
+            print(consumer.query())
+        """,
+        env={"FLEX_STUB_ENGINES": "1"},
+    )
+    assert proc.stdout.split() == ["True", "False", "True"]
+
+
 def test_wait_stream():
     producer, consumer = torch.spyre.Stream(), torch.spyre.Stream()
     x, y = spyre_full(0), spyre_full(0)
