@@ -504,7 +504,19 @@ def test_spyre_event_elapsed_time_accepts_any_torch_event():
     with pytest.raises(RuntimeError, match="^expected other to be a torch.Event object$"):
         plain_end.elapsed_time(spyre_end)
     with pytest.raises(RuntimeError, match="^expected event to be a torch.Event object$"):
-        s.record_event(torch.spyre.Event())
+        torch.Stream(device="spyre").record_event(torch.spyre.Event())
+
+
+def test_spyre_stream_record_event_takes_spyre_events():
+    s = torch.spyre.Stream()
+    mine = torch.spyre.Event(enable_timing=True)
+    assert s.record_event(mine) is mine and mine.device == torch.device("spyre:0")
+    made = s.record_event()
+    assert type(made) is torch.spyre.Event and made.event_id != 0
+    plain = s.record_event(torch.Event(device="spyre"))
+    assert type(plain) is torch.Event and plain.device == torch.device("spyre:0")
+    with pytest.raises(TypeError, match="^expected a torch.Event, got 3 of type int$"):
+        s.record_event(3)
 
 
 # ---------------------------------------------------------------- openreg stream/event cases (one device)
