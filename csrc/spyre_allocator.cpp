@@ -54,6 +54,10 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex device = ensureDevice(-1);
+    if (nbytes == 0) {
+      // As CUDA: no memory, no stats, nothing to free.
+      return {nullptr, nullptr, nullptr, c10::Device(c10::DeviceType::PrivateUse1, device)};
+    }
     void* ptr = nullptr;
     try {
       ptr = runtimeContext()->allocate(nbytes);

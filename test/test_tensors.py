@@ -515,6 +515,9 @@ def test_memory_stats_counters_pools_and_resets():
     torch.accelerator.reset_accumulated_memory_stats()
     assert stat("allocated_bytes.all.allocated") == 0 and stat("allocated_bytes.all.freed") == 0
     assert stat("num_ooms") == 0 and stat("num_alloc_retries") == 0
+    empty = torch.empty(0, device="spyre")  # no memory: counts nothing, as on CUDA
+    assert stat("allocation.all.allocated") == 0 and stat("num_device_alloc") == 0
+    assert empty.cpu().shape == (0,) and empty.data_ptr() == 0
 
 
 # ---------------------------------------------------------------- stream-ordered frees
