@@ -133,12 +133,12 @@ def test_fill_values_are_bit_exact():
         -(2**63)
     ] * 2
     assert torch.zeros(3, dtype=torch.uint8, device="spyre").fill_(-1).cpu().tolist() == [255] * 3
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+    bits = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
+    for dtype, as_bits in bits.items():
         for value in (0.1, -0.0, float("inf"), 65504.0, 1e-8):
             got = torch.full((1,), value, dtype=dtype, device="spyre").cpu()
             want = torch.full((1,), value, dtype=dtype)
-            assert torch.equal(got.view(torch.int16 if dtype != torch.float32 else torch.int32),
-                               want.view(torch.int16 if dtype != torch.float32 else torch.int32))
+            assert torch.equal(got.view(as_bits), want.view(as_bits)), (dtype, value)
     nan = torch.full((1,), float("nan"), device="spyre").cpu()
     assert torch.isnan(nan).all()
     expanded = torch.zeros(4, device="spyre").expand(3, 4)
