@@ -20,24 +20,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 STUB = ROOT / "third_party" / "flex_stub"
 sys.path.insert(0, str(STUB))
 import flex_stub_build  # noqa: E402
+from conftest import DEVICE_ENV  # noqa: E402
 TEST_SOURCES = sorted((STUB / "tests").glob("test_*.cpp"))
 TEST_NAMES = [
     name
     for source in TEST_SOURCES
     for name in re.findall(r"^TEST\((\w+)\)", source.read_text(), re.M)
 ]
-# Variables the runtime reads: each C++ test sets what it needs and nothing leaks in.
-RUNTIME_ENV = (
-    "SPYRE_DEVICES",
-    "AIU_WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "FLEX_STUB_CARDS",
-    "FLEX_STUB_ENGINES",
-    "FLEX_STUB_DMA_GBPS",
-    "FLEX_STUB_MEMORY_BYTES",
-    "FLEX_STUB_FAULT_AFTER",
-    "FLEX_STUB_TRACE",
-)
 CXX_FLAGS = ["-std=c++17", "-O0", "-g", "-pthread", "-Wall", "-Wextra"]  # -O0: fastest to build
 
 
@@ -85,6 +74,6 @@ def test_names_match_the_binary(test_binary):
 
 @pytest.mark.parametrize("name", TEST_NAMES)
 def test_flex_stub(test_binary, name):
-    env = {k: v for k, v in os.environ.items() if k not in RUNTIME_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
     proc = subprocess.run([test_binary, name], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, f"{name} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
