@@ -16,6 +16,7 @@ namespace flex::detail {
 namespace {
 
 constexpr size_t kPageBytes = 4096;
+constexpr size_t kPartsPerEngine = 4;
 
 }  // namespace
 
@@ -65,8 +66,11 @@ DmaEngines::~DmaEngines() { stop(); }
 void DmaEngines::copy(std::vector<CopyRange> ranges) {
   size_t total = 0;
   for (const CopyRange& range : ranges) total += range.size;
-  const size_t parts = std::min(engines_, std::max<size_t>(total / kMinPartBytes, 1));
-  if (parts == 1) {
+  // A few parts per thread, claimed as threads get to them: a thread that is
+  // descheduled for a while delays the copy by one small part, not by its share.
+  const size_t parts =
+      std::min(engines_ * kPartsPerEngine, std::max<size_t>(total / kMinPartBytes, 1));
+  if (parts == 1 || engines_ == 1) {
     for (const CopyRange& range : ranges) std::memcpy(range.dst, range.src, range.size);
     return;
   }
@@ -74,11 +78,11 @@ void DmaEngines::copy(std::vector<CopyRange> ranges) {
   job->ranges = std::move(ranges);
   job->part_bytes = ((total + parts - 1) / parts + kPageBytes - 1) / kPageBytes * kPageBytes;
   job->parts = (total + job->part_bytes - 1) / job->part_bytes;
-  const size_t wanted = job->parts - 1;
+  const size_t wanted = std::min(job->parts, engines_) - 1;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < wanted; ++i) queue_.push_back(job);
-    // Enough workers for every part but the caller's; one that cannot start
+    // A worker per part beyond the caller's, up to engines - 1; one that cannot start
     // (or shutdown) leaves its parts to the threads already there.
     while (!stopping_ && workers_.size() < wanted) {
       try {

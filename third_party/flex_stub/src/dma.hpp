@@ -26,8 +26,8 @@ class DmaEngines {
   static constexpr size_t kMinPartBytes = size_t{1} << 20;
 
   // `engines` >= 1 threads share a copy; the calling engine is one of them, so
-  // at most `engines - 1` workers are started, lazily: as many as the parts of
-  // the largest copy so far, minus one.
+  // at most `engines - 1` workers are started, lazily: one per part beyond the
+  // first of the largest copy so far.
   explicit DmaEngines(size_t engines);
   DmaEngines(const DmaEngines&) = delete;
   DmaEngines& operator=(const DmaEngines&) = delete;
