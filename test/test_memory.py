@@ -6,6 +6,8 @@ stream that used the block. Stats are checked key by key after each step,
 against what CUDA's caching allocator would report for the same steps.
 """
 
+import threading
+
 import pytest
 import torch
 from torch_spyre.testing import Gate
@@ -376,3 +378,41 @@ def test_parallel_dma_keeps_each_stream_in_order():
     assert status == "ok"
     # Python's threads, an engine per stream and three DMA workers.
     assert int(threads) >= 3 + 2
+
+
+# ---------------------------------------------------------------- threads
+
+
+def test_threads_allocating_copying_and_freeing_on_their_own_streams():
+    # Frees also happen on engine threads (tensors captured by queued copies);
+    # every value read back must be the one written, and nothing may leak.
+    errors = []
+
+    def worker(seed):
+        try:
+            stream = torch.spyre.Stream()
+            with stream:
+                for step in range(60):
+                    n = 1 + (seed * 7919 + step * 104729) % (600 * KiB)
+                    host = torch.full((n,), float(seed * 1000 + step)).pin_memory()
+                    dev = host.to("spyre", non_blocking=True)
+                    other = torch.empty_like(dev)
+                    other.copy_(dev)
+                    back = other.to("cpu", non_blocking=True)
+                    del host, dev, other
+                    stream.synchronize()
+                    if not bool((back == seed * 1000 + step).all()):
+                        errors.append((seed, step))
+        except Exception as e:  # reported below: a thread's exception is otherwise lost
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    torch.spyre.synchronize()
+    torch.accelerator.empty_cache()
+    expect_stats(allocated_bytes__all__current=0, active_bytes__all__current=0,
+                 reserved_bytes__all__current=0, inactive_split__all__current=0)
