@@ -91,10 +91,10 @@ DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex devi
   Pool& pool = size <= kSmallSize ? small_pool_ : large_pool_;
   handleLocked(stream, device);  // free() reads it and must not resolve
   processEventsLocked();
-  std::string runtime_error;
+  std::string runtime_message;
   DeviceBlock* block = takeFreeBlockLocked(pool, stream, size);
   if (block == nullptr) {
-    block = allocateSegmentLocked(pool, stream, device, segment_bytes, runtime_error);
+    block = allocateSegmentLocked(pool, stream, device, segment_bytes, runtime_message);
   }
   if (block == nullptr) {
     // As CUDA: give every cached block back (after waiting for pending frees)
@@ -105,10 +105,10 @@ DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex devi
     ++stats_.num_alloc_retries;
     block = takeFreeBlockLocked(pool, stream, size);
     if (block == nullptr) {
-      block = allocateSegmentLocked(pool, stream, device, segment_bytes, runtime_error);
+      block = allocateSegmentLocked(pool, stream, device, segment_bytes, runtime_message);
     }
     if (block == nullptr) {
-      throwOutOfMemory(lock, device, nbytes, segment_bytes, runtime_error.c_str());
+      throwOutOfMemory(lock, device, nbytes, segment_bytes, runtime_message.c_str());
     }
   }
   return splitAndActivateLocked(block, size, nbytes);
@@ -127,12 +127,12 @@ DeviceBlock* DeviceCachingAllocator::takeFreeBlockLocked(Pool& pool, c10::Stream
 DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, c10::StreamId stream,
                                                            c10::DeviceIndex device,
                                                            size_t segment_bytes,
-                                                           std::string& runtime_error) {
+                                                           std::string& runtime_message) {
   void* ptr = nullptr;
   try {
     ptr = runtimeContext()->allocate(segment_bytes);
   } catch (const flex::OutOfMemoryError& error) {
-    runtime_error = error.what();
+    runtime_message = error.what();
     return nullptr;
   }
   change(stats_.segment, pool.is_small, 1);
@@ -348,9 +348,11 @@ void DeviceCachingAllocator::throwOutOfMemory(std::unique_lock<std::mutex>& lock
   const int64_t reserved = stats_.reserved_bytes[aggregate].current;
   lock.unlock();
   const flex::MemoryStats device_stats = runtimeContext()->memoryStats();
+  const std::string segment =
+      segment_bytes == 0 ? "" : " (a segment of " + std::to_string(segment_bytes) + " bytes)";
   TORCH_CHECK_WITH(OutOfMemoryError, false, "Spyre out of memory on spyre:",
-                   static_cast<int>(device), ": tried to allocate ", nbytes, " bytes (a segment of ",
-                   segment_bytes, " bytes); the device has ", device_stats.total_bytes,
+                   static_cast<int>(device), ": tried to allocate ", nbytes, " bytes", segment,
+                   "; the device has ", device_stats.total_bytes,
                    " bytes in total, ", device_stats.total_bytes - device_stats.allocated_bytes,
                    " free; PyTorch holds ", allocated, " bytes in tensors and ", reserved,
                    " bytes reserved (tensors plus cached blocks). Runtime: ", reason);

@@ -92,9 +92,9 @@ class DeviceCachingAllocator {
 
   flex::RuntimeStream* handleLocked(c10::StreamId stream, c10::DeviceIndex device);
   DeviceBlock* takeFreeBlockLocked(Pool& pool, c10::StreamId stream, size_t size);
-  // A new segment, or nullptr with `runtime_error` set when the runtime is out of memory.
+  // A new segment, or nullptr with `runtime_message` set when the runtime is out of memory.
   DeviceBlock* allocateSegmentLocked(Pool& pool, c10::StreamId stream, c10::DeviceIndex device,
-                                     size_t segment_bytes, std::string& runtime_error);
+                                     size_t segment_bytes, std::string& runtime_message);
   DeviceBlock* splitAndActivateLocked(DeviceBlock* block, size_t size, size_t requested);
   void insertEventsLocked(DeviceBlock* block);
   void processEventsLocked();

@@ -149,10 +149,12 @@ void launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
     return;
   }
   if (isDmaCompatible(src, dst)) {
-    const at::Tensor& host = src.is_cpu() ? src : dst;
     std::function<void()> keep_alive;
-    if (host.is_cpu() && !recordPinnedUse(host.storage().data_ptr(), stream)) {
-      keep_alive = [host] {};
+    if (src.is_cpu() || dst.is_cpu()) {
+      const at::Tensor& host = src.is_cpu() ? src : dst;
+      if (!recordPinnedUse(host.storage().data_ptr(), stream)) {
+        keep_alive = [host] {};
+      }
     }
     if (src.is_cpu()) {
       stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
