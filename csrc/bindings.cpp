@@ -2,6 +2,8 @@
 // torch/extension.h (it alone costs ~20 s to compile). Streams cross the
 // boundary as (stream_id, device_index) pairs; torch_spyre wraps them in
 // torch.Stream subclasses.
+#include <ATen/core/CachingHostAllocator.h>
+#include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
@@ -63,11 +65,68 @@ void bindStreams(py::module_& m) {
   m.def("_mapped_stream_count", &mappedStreamCount);
 }
 
+THPEvent* asTorchEvent(const py::handle& obj, const char* what) {
+  TORCH_CHECK_TYPE(THPEvent_Check(obj.ptr()), "expected ", what, " to be a torch.Event, got ",
+                   py::str(obj).cast<std::string>(), " of type ",
+                   Py_TYPE(obj.ptr())->tp_name);
+  return reinterpret_cast<THPEvent*>(obj.ptr());
+}
+
+void bindEvents(py::module_& m) {
+  // torch's Event.elapsed_time accepts only an exact torch.Event as its
+  // argument, which rejects torch.spyre.Event (a subclass). This runs the same
+  // c10::Event::elapsedTime, with the same checks and errors, for subclasses too.
+  m.def("_event_elapsed_time", [](const py::handle& start, const py::handle& end) {
+    return asTorchEvent(start, "start")->event.elapsedTime(asTorchEvent(end, "end_event")->event);
+  });
+}
+
 void bindGenerators(py::module_& m) {
   m.def("_get_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(defaultGenerator(deviceArg(device))));
   });
+}
+
+py::dict statDict(const c10::CachingAllocator::Stat& stat) {
+  py::dict result;
+  result["current"] = stat.current;
+  result["peak"] = stat.peak;
+  result["allocated"] = stat.allocated;
+  result["freed"] = stat.freed;
+  return result;
+}
+
+py::dict durationDict(const c10::CachingAllocator::DurationStat& stat) {
+  py::dict result;
+  result["total"] = stat.total;
+  result["max"] = stat.max;
+  result["min"] = stat.min;
+  result["count"] = stat.count;
+  result["avg"] = stat.count == 0 ? 0 : stat.total / stat.count;
+  return result;
+}
+
+// The pinned host allocator's statistics, with torch.cuda.host_memory_stats' keys.
+void bindHostMemory(py::module_& m) {
+  m.def("_host_memory_stats", [] {
+    const at::HostStats stats = at::getHostAllocator(c10::DeviceType::PrivateUse1)->get_stats();
+    py::dict result;
+    result["allocations"] = statDict(stats.allocations);
+    result["allocated_bytes"] = statDict(stats.allocated_bytes);
+    result["active_requests"] = statDict(stats.active_requests);
+    result["active_bytes"] = statDict(stats.active_bytes);
+    result["num_host_alloc"] = stats.num_host_alloc;
+    result["num_host_free"] = stats.num_host_free;
+    result["host_alloc_time"] = durationDict(stats.host_alloc_time);
+    result["host_free_time"] = durationDict(stats.host_free_time);
+    return result;
+  });
+  m.def("_host_reset_accumulated_stats", [] {
+    at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_accumulated_stats();
+  });
+  m.def("_host_reset_peak_stats",
+        [] { at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_peak_stats(); });
 }
 
 void bindTesting(py::module_& m) {
@@ -103,7 +162,9 @@ PYBIND11_MODULE(_C, m) {
       [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false); });
   spyre::bindRuntime(m);
   spyre::bindStreams(m);
+  spyre::bindEvents(m);
   spyre::bindGenerators(m);
+  spyre::bindHostMemory(m);
   spyre::bindTesting(m);
   spyre::bindBenchmarks(m);
 }

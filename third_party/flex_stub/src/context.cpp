@@ -22,6 +22,8 @@ detail::SchedulerConfig schedulerConfigFromEnv() {
       detail::envInt("FLEX_STUB_ENGINES", /*unlimited*/ INT64_MAX, 1, INT64_MAX));
   // 1 GB/s is 1e9 bytes per second: one byte per nanosecond.
   config.dma_bytes_per_ns = detail::envPositiveDouble("FLEX_STUB_DMA_GBPS").value_or(0);
+  config.dma_engines = static_cast<size_t>(detail::envInt(
+      "FLEX_STUB_DMA_ENGINES", static_cast<int64_t>(detail::availableCores()), 1, 1024));
   config.fault_after = detail::envInt("FLEX_STUB_FAULT_AFTER", -1, 0, INT64_MAX);
   return config;
 }
@@ -57,8 +59,10 @@ RuntimeContext::~RuntimeContext() = default;
 
 RuntimeContext* RuntimeContext::create(int logical_device) {
   detail::checkNotForkedChild();
+  RuntimeContext* existing = g_context.load(std::memory_order_acquire);
+  if (existing && existing->deviceIndex() == logical_device) return existing;
   std::lock_guard<std::mutex> lock(g_create_mutex);
-  if (RuntimeContext* existing = g_context.load(std::memory_order_acquire)) {
+  if ((existing = g_context.load(std::memory_order_acquire))) {
     if (existing->deviceIndex() == logical_device) return existing;
     throw Error("flex: this process already has a context for device " +
                 std::to_string(existing->deviceIndex()) + "; cannot create one for device " +

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "clock.hpp"
+#include "dma.hpp"
 #include "flex/flex.hpp"
 #include "op.hpp"
 #include "ring.hpp"
@@ -22,6 +23,7 @@ namespace flex::detail {
 struct SchedulerConfig {
   size_t max_engines = SIZE_MAX;   // FLEX_STUB_ENGINES
   double dma_bytes_per_ns = 0;     // FLEX_STUB_DMA_GBPS (1 GB/s == 1 byte/ns); 0: memcpy speed
+  size_t dma_engines = 1;          // FLEX_STUB_DMA_ENGINES: threads sharing one large copy
   int64_t fault_after = -1;        // FLEX_STUB_FAULT_AFTER; -1: off
 };
 
@@ -40,9 +42,10 @@ class Scheduler {
   // Sleeps until `deadline`; stop() cuts the sleep short.
   void sleepUntil(Clock::time_point deadline);
   const SchedulerConfig& config() const { return config_; }
+  DmaEngines& dma() { return dma_; }
 
-  // Shutdown: running operations finish, engines exit and are joined. Queued
-  // work stays queued (the caller abandons it).
+  // Shutdown: running operations finish, engines exit and are joined, then
+  // the DMA workers. Queued work stays queued (the caller abandons it).
   void stop();
 
  private:
@@ -56,6 +59,15 @@ class Scheduler {
   // Runs operations of `stream` until it empties, parks, fails, or has to yield
   // to another ready stream. Returns true when it must be requeued.
   bool runStream(RuntimeStream::Impl* stream);
+  // Called with `stream` locked and its queue empty after a backlog, when the
+  // host looks like it is launching in a loop. The engine keeps the stream
+  // (still Running) for up to kLingerTime, yielding its core, in case more
+  // launches follow: the host then finds the stream running and skips waking
+  // an engine, a futex call that would cost it microseconds each time the
+  // engine catches up. Cut short when another stream waits for an engine.
+  // Returns true when work arrived.
+  bool awaitMoreWork(RuntimeStream::Impl* stream, std::unique_lock<std::mutex>& lock);
+  static constexpr std::chrono::nanoseconds kLingerTime{3000};
   // Executes one operation outside any lock; the op is destroyed before return.
   bool runOp(RuntimeStream::Impl* stream, Op op, std::string& error);
   // Consumes a pending fault for the operation about to run, if any.
@@ -66,6 +78,7 @@ class Scheduler {
   void startEngineLocked();
 
   const SchedulerConfig config_;
+  DmaEngines dma_;
   std::atomic<int64_t> executed_ops_{0};  // for FLEX_STUB_FAULT_AFTER
   std::atomic<bool> stopping_{false};
 
