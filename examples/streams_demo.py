@@ -26,15 +26,15 @@ import os
 import time
 
 # Read once, when the runtime starts: set it before importing torch.
-os.environ.setdefault("FLEX_STUB_DMA_GBPS", "1")  # 1 GB/s: 1 MiB takes ~1 ms
+os.environ.setdefault("FLEX_STUB_DMA_GBPS", "0.25")  # 1 MiB takes ~4 ms
 
 import torch  # noqa: E402  (registers torch.spyre)
 import torch_spyre  # noqa: E402, F401  (the package, for its trace bindings)
 from torch_spyre import _C  # noqa: E402
 
 SIZES = {  # chunks, float32 elements per chunk, emulated kernel time (ms)
-    "full": (8, 1 << 20, 3.0),
-    "small": (3, 1 << 16, 1.0),
+    "full": (8, 1 << 18, 3.0),
+    "small": (3, 1 << 14, 1.0),
 }
 KIND_COLORS = {
     "h2d": "#4C72B0",
