@@ -30,18 +30,22 @@ ROWS = {
 
 # Benchmarks reporting ms of wall time; the others report ns.
 WALL_MS = {"stub.overlap_2_streams", "stub.overlap_32_streams", "stub.same_stream_2_delays"}
-# Benchmarks that need a process in which no pool id was handed out yet.
-FRESH_PROCESS = {"pool.first_touch"}
+# Benchmarks that need a process in which no pool id was handed out yet,
+# and those of them that can take only one sample per process.
+FRESH_PROCESS = {"pool.first_touch", "stub.round_trip"}
+ONCE_PER_PROCESS = {"pool.first_touch"}
 
 
-def in_fresh_processes(bench, iterations, processes):
-    """Runs `bench` once in each of `processes` new interpreters; merges the samples."""
+def in_fresh_processes(bench, iterations, repeats):
+    """Runs `bench` in new interpreters (one per repeat if it can run only once
+    per process) and merges the samples."""
+    once = bench in ONCE_PER_PROCESS
     code = (
         "import json, torch_spyre._C as C; "
-        f"print(json.dumps(C._bench({bench!r}, {iterations}, 1)))"
+        f"print(json.dumps(C._bench({bench!r}, {iterations}, {1 if once else repeats})))"
     )
     merged = {}
-    for _ in range(processes):
+    for _ in range(repeats if once else 1):
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{bench} failed in a fresh process:\n{proc.stderr}")
@@ -59,7 +63,8 @@ def rows(quick, repeats, selected):
             continue
         iterations = short if quick else full
         if bench in FRESH_PROCESS:
-            result = in_fresh_processes(bench, iterations, 1 if quick else repeats)
+            once = quick and bench in ONCE_PER_PROCESS  # one fresh process is enough to check
+            result = in_fresh_processes(bench, iterations, 1 if once else repeats)
         else:
             result = C._bench(bench, iterations, repeats)
         result_rows.append(

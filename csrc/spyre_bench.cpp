@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -67,6 +68,22 @@ void pinTo(int cpu) {
   CPU_ZERO(&only);
   CPU_SET(cpu, &only);
   pthread_setaffinity_np(pthread_self(), sizeof only, &only);
+}
+
+// Runs `f` on a new thread pinned to `cpu`; threads it starts inherit the pin.
+template <class F>
+void onPinnedThread(int cpu, F&& f) {
+  std::exception_ptr error;
+  std::thread thread([&] {
+    pinTo(cpu);
+    try {
+      f();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  thread.join();
+  if (error) std::rethrow_exception(error);
 }
 
 struct Latency {
@@ -199,6 +216,14 @@ void mapAllPoolStreams() {
     getStreamFromPool(-1, 0);
     getStreamFromPool(-1, -1);
   }
+}
+
+// Starts the runtime and checks that no pool id was handed out yet, so no
+// stream has been used and no engine thread exists.
+void requireFreshProcess(const char* benchmark) {
+  startRuntime();
+  TORCH_CHECK(mappedStreamCount() == 1, benchmark, " must run in a fresh process: ",
+              mappedStreamCount() - 1, " pool ids are already mapped");
 }
 
 R1Pool& warmR1() {
@@ -360,10 +385,7 @@ BenchResult poolMixedReader(int64_t n, int repeats) {
 // 64 first touches (with 64 values, the second longest).
 BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the writer is done*/,
                            int /*repeats: once per process*/) {
-  startRuntime();
-  TORCH_CHECK(mappedStreamCount() == 1,
-              "pool.first_touch must run in a fresh process: ", mappedStreamCount() - 1,
-              " pool ids are already mapped");
+  requireFreshProcess("pool.first_touch");
   constexpr int kFirstTouches = 2 * kStreamsPerPool;
   auto stalls = [&](auto&& read, auto&& handOut) {
     ReadsDuringWrites result = longestReadPerWrite(
@@ -396,42 +418,49 @@ BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the write
 // ------------------------------------------------------------------ stub
 const std::function<void()> kNoop = [] {};
 
-// "ours"/"ref" hold the median round trip; the p99s are extras. The two
-// alternate in short batches so both see the same machine.
+// "ours"/"ref" hold the median round trip; the p99s are extras. Runs in a fresh
+// process, on a thread pinned to cpu0 that starts both the stub's engine and
+// R2's worker, so they inherit the pin and share the host's core: the row then
+// compares the two designs, not where the scheduler put a woken thread (a wake
+// across this VM's vCPUs costs 25-75 us when the other one is idle, whichever
+// design). The two alternate in short batches so both see the same machine.
 BenchResult stubRoundTrip(int64_t n, int repeats) {
+  requireFreshProcess("stub.round_trip");
   constexpr int64_t kBatch = 20;
-  const SpyreStream stream = getStreamFromPool();
-  R2Worker r2;
-  auto ours = [&] {
-    stream.launchCompute(kNoop, "noop");
-    stream.synchronize();
-  };
-  auto ref = [&] {
-    r2.launch(kNoop);
-    r2.synchronize();
-  };
-  auto timeBatch = [](std::vector<double>& samples, auto&& roundTrip) {
-    for (int64_t i = 0; i < kBatch; ++i) {
-      const auto start = Clock::now();
-      roundTrip();
-      samples.push_back(nsBetween(start, Clock::now()));
-    }
-  };
-  ours();  // the first launch starts an engine thread
   BenchResult out;
-  for (int r = 0; r < repeats; ++r) {
-    std::vector<double> mine, theirs;
-    for (int64_t done = 0; done < n; done += kBatch) {
-      timeBatch(mine, ours);
-      timeBatch(theirs, ref);
+  onPinnedThread(0, [&] {
+    const SpyreStream stream = getStreamFromPool();
+    R2Worker r2;
+    auto ours = [&] {
+      stream.launchCompute(kNoop, "noop");
+      stream.synchronize();
+    };
+    auto ref = [&] {
+      r2.launch(kNoop);
+      r2.synchronize();
+    };
+    auto timeBatch = [](std::vector<double>& samples, auto&& roundTrip) {
+      for (int64_t i = 0; i < kBatch; ++i) {
+        const auto start = Clock::now();
+        roundTrip();
+        samples.push_back(nsBetween(start, Clock::now()));
+      }
+    };
+    ours();  // the first launch starts the engine, on this thread's core
+    for (int r = 0; r < repeats; ++r) {
+      std::vector<double> mine, theirs;
+      for (int64_t done = 0; done < n; done += kBatch) {
+        timeBatch(mine, ours);
+        timeBatch(theirs, ref);
+      }
+      const Latency a = percentiles(std::move(mine));
+      const Latency b = percentiles(std::move(theirs));
+      out["ours"].push_back(a.p50);
+      out["ref"].push_back(b.p50);
+      out["ours_p99"].push_back(a.p99);
+      out["ref_p99"].push_back(b.p99);
     }
-    const Latency a = percentiles(std::move(mine));
-    const Latency b = percentiles(std::move(theirs));
-    out["ours"].push_back(a.p50);
-    out["ref"].push_back(b.p50);
-    out["ours_p99"].push_back(a.p99);
-    out["ref_p99"].push_back(b.p99);
-  }
+  });
   return out;
 }
 
