@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
+#include "spyre_error.h"
 #include "spyre_generator.h"
 #include "spyre_runtime.h"
 #include "spyre_stream.h"
@@ -62,6 +63,17 @@ void bindStreams(py::module_& m) {
   m.def("_mapped_stream_count", &mappedStreamCount);
 }
 
+// Plain ints cross the boundary; torch_spyre/errors.py wraps them in IntEnums.
+void bindErrors(py::module_& m) {
+  m.def("_get_device_state", [] { return static_cast<int>(SpyreGetDeviceState()); });
+  m.def("_stream_get_error", [](c10::StreamId id, int device) {
+    return static_cast<int>(SpyreStreamGetError(fromKey(id, device)));
+  });
+  m.def("_stream_get_error_string", [](int error) {
+    return std::string(SpyreStreamGetErrorString(static_cast<SpyreStreamError>(error)));
+  });
+}
+
 void bindGenerators(py::module_& m) {
   m.def("_get_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(
@@ -78,6 +90,31 @@ void bindTesting(py::module_& m) {
            })
       .def("release", &flex::test::Gate::release)
       .def_property_readonly("blocked_streams", &flex::test::Gate::blockedStreams);
+  // The next operation the runtime executes on the stream fails with `message`.
+  m.def("_inject_fault", [](c10::StreamId id, int device, const std::string& message) {
+    flex::test::injectFault(fromKey(id, device).resolveRuntimeHandle(), message);
+  });
+}
+
+}  // namespace
+}  // namespace spyre
+
+namespace spyre {
+namespace {
+
+unsigned long main_thread_ident = 0;
+
+// True while the interpreter finalizes, for a Python thread other than the
+// main one: such a thread would be killed by pthread_exit when it re-takes
+// the GIL (see parkIfExiting()). Callable without the GIL.
+bool mustNotReturnToPython() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing();
+#else
+  const bool finalizing = _Py_IsFinalizing();
+#endif
+  return finalizing && PyGILState_GetThisThreadState() != nullptr &&
+         PyThread_get_thread_ident() != main_thread_ident;
 }
 
 }  // namespace
@@ -90,8 +127,12 @@ PYBIND11_MODULE(_C, m) {
   // is not skipped as "device not initialized".
   spyre::setRuntimeStartedCallback(
       [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false); });
+  spyre::main_thread_ident =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  spyre::setExitParkCheck(&spyre::mustNotReturnToPython);
   spyre::bindRuntime(m);
   spyre::bindStreams(m);
+  spyre::bindErrors(m);
   spyre::bindGenerators(m);
   spyre::bindTesting(m);
 }
