@@ -31,7 +31,9 @@ SpyreStream fromKey(c10::StreamId id, int device_index) {
 
 c10::DeviceIndex deviceArg(int index) {
   TORCH_CHECK(index >= -1 && index <= std::numeric_limits<c10::DeviceIndex>::max(),
-              "Invalid device index ", index, ": expected -1 (current device) or an index >= 0");
+              "Invalid device index ", index,
+              ": expected -1 (current device) or an index in [0, ",
+              static_cast<int>(std::numeric_limits<c10::DeviceIndex>::max()), "]");
   return static_cast<c10::DeviceIndex>(index);
 }
 

@@ -220,8 +220,11 @@ void SpyreStream::launchFill(void* device, size_t nbytes, double value,
 }
 
 void SpyreStream::launchDelay(double milliseconds) const {
-  TORCH_CHECK(std::isfinite(milliseconds) && milliseconds >= 0,
-              "delay must be a finite, non-negative number of milliseconds, got ", milliseconds);
+  // The runtime takes int64 nanoseconds: larger values would wrap negative.
+  constexpr double kMaxMilliseconds = 9.2e12;
+  TORCH_CHECK(std::isfinite(milliseconds) && milliseconds >= 0 && milliseconds <= kMaxMilliseconds,
+              "delay must be a finite, non-negative number of milliseconds, at most ",
+              kMaxMilliseconds, ", got ", milliseconds);
   resolveRuntimeHandle()->launchOperationDelay(
       std::chrono::nanoseconds(std::llround(milliseconds * 1e6)));
 }

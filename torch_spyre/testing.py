@@ -18,6 +18,7 @@ class Gate:
     def block(self, stream=None) -> None:
         """Enqueue the gate on `stream` (default: the current stream)."""
         stream = current_stream() if stream is None else stream
+        _check_spyre_stream(stream)  # a cpu stream's id would gate a spyre stream
         self._gate.enqueue(stream.stream_id, stream.device_index)
 
     def release(self) -> None:
