@@ -13,41 +13,15 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 import glob  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+import sys  # noqa: E402
 
 from setuptools import setup  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 STUB_DIR = os.path.join("third_party", "flex_stub")
-STUB_LIB = "libflex_stub.so"
-STUB_FLAGS = ["-std=c++17", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wextra"]
-
-
-def build_flex_stub(out_dir, build_temp, cxx="g++"):
-    """Compile third_party/flex_stub into out_dir/libflex_stub.so (objects in parallel)."""
-    sources = sorted(glob.glob(os.path.join(ROOT, STUB_DIR, "src", "*.cpp")))
-    include = os.path.join(ROOT, STUB_DIR, "include")
-    obj_dir = os.path.join(build_temp, "flex_stub")
-    os.makedirs(obj_dir, exist_ok=True)
-    os.makedirs(out_dir, exist_ok=True)
-
-    def compile_one(src):
-        obj = os.path.join(obj_dir, os.path.basename(src) + ".o")
-        if not os.path.exists(obj) or os.path.getmtime(obj) < max(
-            os.path.getmtime(p) for p in [src, *glob.glob(os.path.join(include, "flex", "*"))]
-        ):
-            subprocess.check_call([cxx, *STUB_FLAGS, "-I", include, "-c", src, "-o", obj])
-        return obj
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        objects = list(pool.map(compile_one, sources))
-    target = os.path.join(out_dir, STUB_LIB)
-    subprocess.check_call(
-        [cxx, "-shared", "-pthread", f"-Wl,-soname,{STUB_LIB}", *objects, "-o", target]
-    )
-    return target
+sys.path.insert(0, os.path.join(ROOT, STUB_DIR))
+from flex_stub_build import LIBRARY as STUB_LIB, build_flex_stub  # noqa: E402
 
 
 class BuildWithFlexStub(BuildExtension):

@@ -2,6 +2,7 @@
 // torch/extension.h (it alone costs ~20 s to compile). Streams cross the
 // boundary as (stream_id, device_index) pairs; torch_spyre wraps them in
 // torch.Stream subclasses.
+#include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
@@ -63,6 +64,22 @@ void bindStreams(py::module_& m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("_sleep", [](double milliseconds) { getCurrentStream(-1).launchDelay(milliseconds); });
   m.def("_mapped_stream_count", &mappedStreamCount);
+}
+
+THPEvent* asTorchEvent(const py::handle& obj, const char* what) {
+  TORCH_CHECK_TYPE(THPEvent_Check(obj.ptr()), "expected ", what, " to be a torch.Event, got ",
+                   py::str(obj).cast<std::string>(), " of type ",
+                   Py_TYPE(obj.ptr())->tp_name);
+  return reinterpret_cast<THPEvent*>(obj.ptr());
+}
+
+void bindEvents(py::module_& m) {
+  // torch's Event.elapsed_time accepts only an exact torch.Event as its
+  // argument, which rejects torch.spyre.Event (a subclass). This runs the same
+  // c10::Event::elapsedTime, with the same checks and errors, for subclasses too.
+  m.def("_event_elapsed_time", [](const py::handle& start, const py::handle& end) {
+    return asTorchEvent(start, "start")->event.elapsedTime(asTorchEvent(end, "end_event")->event);
+  });
 }
 
 // Plain ints cross the boundary; torch_spyre/errors.py wraps them in IntEnums.
@@ -134,6 +151,7 @@ PYBIND11_MODULE(_C, m) {
   spyre::setExitParkCheck(&spyre::mustNotReturnToPython);
   spyre::bindRuntime(m);
   spyre::bindStreams(m);
+  spyre::bindEvents(m);
   spyre::bindErrors(m);
   spyre::bindGenerators(m);
   spyre::bindTesting(m);

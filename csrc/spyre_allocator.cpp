@@ -1,9 +1,11 @@
 #include "spyre_allocator.h"
 
 #include <algorithm>
-#include <atomic>
+#include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include <ATen/core/CachingHostAllocator.h>
@@ -17,7 +19,12 @@ namespace {
 
 using c10::CachingAllocator::Stat;
 using c10::CachingAllocator::StatArray;
+using c10::CachingAllocator::StatType;
 using c10::CachingDeviceAllocator::DeviceStats;
+
+// CUDA's boundary between its small and large pools; the stats report each
+// block in the aggregate and in the pool its size would use there.
+constexpr size_t kSmallBlockBytes = 1 << 20;
 
 // One device allocation and the streams that may still use it.
 struct Block {
@@ -26,42 +33,57 @@ struct Block {
   c10::DeviceIndex device;
   c10::StreamId allocation_stream;
   std::vector<c10::StreamId> recorded_streams;  // guarded by the allocator mutex
+  uint64_t free_ticket = 0;                     // set when the host frees it
 };
 
-void increase(StatArray& stats, size_t amount) {
-  for (Stat& stat : stats) stat.increase(amount);
+void increase(StatArray& stats, size_t block_size, size_t amount) {
+  const auto pool = block_size <= kSmallBlockBytes ? StatType::SMALL_POOL : StatType::LARGE_POOL;
+  stats[static_cast<size_t>(StatType::AGGREGATE)].increase(amount);
+  stats[static_cast<size_t>(pool)].increase(amount);
 }
-void decrease(StatArray& stats, size_t amount) {
-  for (Stat& stat : stats) stat.decrease(amount);
+void decrease(StatArray& stats, size_t block_size, size_t amount) {
+  const auto pool = block_size <= kSmallBlockBytes ? StatType::SMALL_POOL : StatType::LARGE_POOL;
+  stats[static_cast<size_t>(StatType::AGGREGATE)].decrease(amount);
+  stats[static_cast<size_t>(pool)].decrease(amount);
 }
+
+class SpyreDeviceAllocator;
+SpyreDeviceAllocator& theDeviceAllocator();
 
 class SpyreDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex device = ensureDevice(-1);
+    if (nbytes == 0) {
+      // As CUDA: no memory, no stats, nothing to free.
+      return {nullptr, nullptr, nullptr, c10::Device(c10::DeviceType::PrivateUse1, device)};
+    }
     void* ptr = nullptr;
     try {
       ptr = runtimeContext()->allocate(nbytes);
-    } catch (const flex::OutOfMemoryError& e) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        ++stats_.num_ooms;
+    } catch (const flex::OutOfMemoryError& first_failure) {
+      // Blocks freed on the host may still be waiting for stream work: wait
+      // for those (as CUDA's allocator does before giving up) and try again.
+      if (!waitForPendingFrees()) {
+        throwOutOfMemory(device, nbytes, first_failure);
       }
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "Spyre out of memory on spyre:",
-                       static_cast<int>(device), ": tried to allocate ", nbytes, " bytes (",
-                       e.what(), ")");
+      try {
+        ptr = runtimeContext()->allocate(nbytes);
+      } catch (const flex::OutOfMemoryError& second_failure) {
+        throwOutOfMemory(device, nbytes, second_failure);
+      }
     }
     auto* block = new Block{ptr, nbytes, device, getCurrentStream(device).id(), {}};
     {
       std::lock_guard<std::mutex> lock(mutex_);
       // Nothing is cached: every allocation is its own segment.
-      increase(stats_.allocation, 1);
-      increase(stats_.segment, 1);
-      increase(stats_.active, 1);
-      increase(stats_.allocated_bytes, nbytes);
-      increase(stats_.reserved_bytes, nbytes);
-      increase(stats_.active_bytes, nbytes);
-      increase(stats_.requested_bytes, nbytes);
+      increase(stats_.allocation, nbytes, 1);
+      increase(stats_.segment, nbytes, 1);
+      increase(stats_.active, nbytes, 1);
+      increase(stats_.allocated_bytes, nbytes, nbytes);
+      increase(stats_.reserved_bytes, nbytes, nbytes);
+      increase(stats_.active_bytes, nbytes, nbytes);
+      increase(stats_.requested_bytes, nbytes, nbytes);
       ++stats_.num_device_alloc;
     }
     return {ptr, block, &deleteBlock, c10::Device(c10::DeviceType::PrivateUse1, device)};
@@ -86,12 +108,16 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
     spyre::recordStream(data_ptr, SpyreStream(stream));
   }
 
-  DeviceStats getDeviceStats(c10::DeviceIndex /*device*/) override {
+  // The stats are those of the device this process is bound to; asking for
+  // another device raises (ensureDevice names both).
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    ensureDevice(device);
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
   }
 
-  void resetAccumulatedStats(c10::DeviceIndex /*device*/) override {
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    ensureDevice(device);
     std::lock_guard<std::mutex> lock(mutex_);
     forEachStatArray([](StatArray& stats) {
       for (Stat& stat : stats) stat.reset_accumulated();
@@ -102,7 +128,8 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
     stats_.num_device_free = 0;
   }
 
-  void resetPeakStats(c10::DeviceIndex /*device*/) override {
+  void resetPeakStats(c10::DeviceIndex device) override {
+    ensureDevice(device);
     std::lock_guard<std::mutex> lock(mutex_);
     forEachStatArray([](StatArray& stats) {
       for (Stat& stat : stats) stat.reset_peak();
@@ -136,14 +163,50 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
     }
   }
 
-  // The host let go of the block: it no longer counts as allocated.
+  [[noreturn]] void throwOutOfMemory(c10::DeviceIndex device, size_t nbytes,
+                                     const flex::OutOfMemoryError& error) {
+    int64_t allocated = 0;
+    int64_t reserved = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.num_ooms;
+      allocated = stats_.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+      reserved = stats_.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
+    }
+    const flex::MemoryStats device_stats = runtimeContext()->memoryStats();
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "Spyre out of memory on spyre:",
+                     static_cast<int>(device), ": tried to allocate ", nbytes,
+                     " bytes; the device has ", device_stats.total_bytes, " bytes in total, ",
+                     device_stats.total_bytes - device_stats.allocated_bytes,
+                     " free; PyTorch holds ", allocated, " bytes in tensors and ", reserved,
+                     " bytes reserved (tensors plus freed blocks streams still use). Runtime: ",
+                     error.what());
+  }
+
+  // Waits until every block the host freed before the call has been returned
+  // to the runtime. False (at once) if none was pending.
+  bool waitForPendingFrees() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (pending_frees_.empty()) {
+      return false;
+    }
+    const uint64_t freed_before = next_free_ticket_;
+    frees_done_.wait(lock, [&] {
+      return pending_frees_.empty() || *pending_frees_.begin() >= freed_before;
+    });
+    ++stats_.num_alloc_retries;
+    return true;
+  }
+
+  // The host let go of the block: it no longer counts as allocated. It stays
+  // active and reserved until every stream that used it is done with it.
   std::vector<c10::StreamId> releaseFromHost(Block* block) {
     std::lock_guard<std::mutex> lock(mutex_);
-    decrease(stats_.allocation, 1);
-    decrease(stats_.active, 1);
-    decrease(stats_.allocated_bytes, block->size);
-    decrease(stats_.active_bytes, block->size);
-    decrease(stats_.requested_bytes, block->size);
+    decrease(stats_.allocation, block->size, 1);
+    decrease(stats_.allocated_bytes, block->size, block->size);
+    decrease(stats_.requested_bytes, block->size, block->size);
+    block->free_ticket = next_free_ticket_++;
+    pending_frees_.insert(block->free_ticket);
     std::vector<c10::StreamId> streams = std::move(block->recorded_streams);
     streams.push_back(block->allocation_stream);
     return streams;
@@ -160,15 +223,33 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      decrease(stats_.segment, 1);
-      decrease(stats_.reserved_bytes, block->size);
+      decrease(stats_.active, block->size, 1);
+      decrease(stats_.active_bytes, block->size, block->size);
+      decrease(stats_.segment, block->size, 1);
+      decrease(stats_.reserved_bytes, block->size, block->size);
       ++stats_.num_device_free;
+      pending_frees_.erase(block->free_ticket);
     }
+    frees_done_.notify_all();
     delete block;
   }
 
+  // Hands the block back to the runtime when destroyed: shared by the host
+  // and by a marker on each stream that still has work queued.
+  struct PendingFree {
+    explicit PendingFree(Block* freed) : block(freed) {}
+    PendingFree(const PendingFree&) = delete;
+    PendingFree& operator=(const PendingFree&) = delete;
+    ~PendingFree() { theDeviceAllocator().returnToRuntime(block); }
+    Block* block;
+  };
+
   std::mutex mutex_;
   DeviceStats stats_;
+  // Tickets of blocks freed by the host and not yet returned, in free order.
+  std::set<uint64_t> pending_frees_;
+  uint64_t next_free_ticket_ = 0;
+  std::condition_variable frees_done_;
 };
 
 // Leaked on purpose: tensors may be freed by other static destructors.
@@ -179,16 +260,8 @@ SpyreDeviceAllocator& theDeviceAllocator() {
 
 void SpyreDeviceAllocator::deleteBlock(void* context) {
   auto* block = static_cast<Block*>(context);
-  SpyreDeviceAllocator& self = theDeviceAllocator();
-  const std::vector<c10::StreamId> streams = self.releaseFromHost(block);
-  // One reference for this function, one per stream that still has work: the
-  // last to let go returns the block.
-  auto pending = std::make_shared<std::atomic<int>>(1);
-  auto release = [pending, block] {
-    if (pending->fetch_sub(1) == 1) {
-      theDeviceAllocator().returnToRuntime(block);
-    }
-  };
+  const std::vector<c10::StreamId> streams = theDeviceAllocator().releaseFromHost(block);
+  auto pending = std::make_shared<PendingFree>(block);
   for (c10::StreamId id : streams) {
     try {
       const SpyreStream stream(c10::Stream(
@@ -197,16 +270,14 @@ void SpyreDeviceAllocator::deleteBlock(void* context) {
       if (handle->launchedOps() == handle->completedOps()) {
         continue;  // idle: nothing launched so far can still touch the block
       }
-      pending->fetch_add(1);
-      try {
-        stream.launchHostCallback(release, "free");
-      } catch (...) {
-        pending->fetch_sub(1);  // stream failed or runtime shut down: its work is gone
-      }
+      // The marker holds a reference until the stream destroys it: after it
+      // ran in stream order, or when a failed stream discards its queue (that
+      // work will never touch the block).
+      stream.launchHostCallback([pending] {}, "free");
     } catch (...) {
+      // Failed stream or runtime shut down: its work is gone.
     }
   }
-  release();
 }
 
 class SpyreHostAllocator final : public at::HostAllocator {
@@ -269,6 +340,20 @@ void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
     return;
   }
   theDeviceAllocator().record(static_cast<Block*>(data_ptr.get_context()), stream.id());
+}
+
+void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes) {
+  TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
+  // Allocated before anything changes: an out-of-memory error leaves the storage as it was.
+  c10::DataPtr new_data = storage.allocator()->allocate(new_bytes);
+  const size_t copy_bytes = std::min(storage.nbytes(), new_bytes);
+  if (copy_bytes > 0 && storage.data() != nullptr) {
+    const SpyreStream stream = getCurrentStream(storage.device().index());
+    stream.launchD2D(storage.data(), new_data.get(), copy_bytes);
+    recordStream(storage.data_ptr(), stream);  // the old block outlives the copy
+  }
+  const_cast<c10::Storage&>(storage).set_data_ptr_noswap(std::move(new_data));
+  const_cast<c10::Storage&>(storage).set_nbytes(new_bytes);
 }
 
 c10::Allocator* pinnedHostAllocator() {

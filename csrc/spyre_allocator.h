@@ -8,6 +8,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
+#include <c10/core/Storage.h>
 
 #include "spyre_stream.h"
 
@@ -18,6 +19,10 @@ c10::Allocator* deviceAllocator();
 // Keep the block behind `data_ptr` from being reused until the work launched
 // on `stream` so far has finished. Ignores pointers this allocator did not make.
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream);
+// Give `storage` a new block of `new_bytes`, its old bytes copied over in
+// stream order on the current stream (no host synchronization). On
+// out-of-memory the storage is left unchanged.
+void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes);
 
 // The at::HostAllocator registered for PrivateUse1 (pinned host memory).
 c10::Allocator* pinnedHostAllocator();

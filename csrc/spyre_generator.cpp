@@ -18,25 +18,34 @@ class SpyreGeneratorImpl final : public c10::GeneratorImpl {
                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
         cpu_(at::make_generator<at::CPUGeneratorImpl>()) {}
 
+  // Python locks this generator's mutex, CPU kernels drawing from cpu_ lock
+  // cpu_'s: every access to cpu_ takes the latter so the two never race.
   void set_current_seed(uint64_t seed) override {
+    std::lock_guard<std::mutex> lock(cpuMutex());
     cpu_.set_current_seed(seed);
   }
   void set_offset(uint64_t offset) override {
+    std::lock_guard<std::mutex> lock(cpuMutex());
     cpu_.set_offset(offset);
   }
   uint64_t get_offset() const override {
+    std::lock_guard<std::mutex> lock(cpuMutex());
     return cpu_.get_offset();
   }
   uint64_t current_seed() const override {
+    std::lock_guard<std::mutex> lock(cpuMutex());
     return cpu_.current_seed();
   }
   uint64_t seed() override {
+    std::lock_guard<std::mutex> lock(cpuMutex());
     return cpu_.seed();
   }
   void set_state(const c10::TensorImpl& new_state) override {
+    std::lock_guard<std::mutex> lock(cpuMutex());
     cpu_.unsafeGetGeneratorImpl()->set_state(new_state);
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    std::lock_guard<std::mutex> lock(cpuMutex());
     return cpu_.unsafeGetGeneratorImpl()->get_state();
   }
   static c10::DeviceType device_type() {
@@ -50,8 +59,13 @@ class SpyreGeneratorImpl final : public c10::GeneratorImpl {
  private:
   SpyreGeneratorImpl* clone_impl() const override {
     auto* copy = new SpyreGeneratorImpl(device().index());
+    std::lock_guard<std::mutex> lock(cpuMutex());
     copy->cpu_ = cpu_.clone();
     return copy;
+  }
+
+  std::mutex& cpuMutex() const {
+    return cpu_.unsafeGetGeneratorImpl()->mutex_;
   }
 
   at::Generator cpu_;
@@ -86,9 +100,10 @@ at::Generator newGenerator(c10::DeviceIndex device_index) {
   return at::make_generator<SpyreGeneratorImpl>(checkedIndex(device_index));
 }
 
-at::Generator cpuGeneratorOf(const std::optional<at::Generator>& generator) {
+at::Generator cpuGeneratorOf(const std::optional<at::Generator>& generator,
+                             c10::DeviceIndex device_index) {
   const at::Generator& spyre_generator =
-      generator.has_value() && generator->defined() ? *generator : defaultGenerator(-1);
+      generator.has_value() && generator->defined() ? *generator : defaultGenerator(device_index);
   TORCH_CHECK(spyre_generator.device().type() == c10::DeviceType::PrivateUse1,
               "Expected a spyre generator, got one for device ", spyre_generator.device());
   return static_cast<const SpyreGeneratorImpl*>(spyre_generator.unsafeGetGeneratorImpl())->cpu();

@@ -15,7 +15,9 @@ namespace spyre {
 const at::Generator& defaultGenerator(c10::DeviceIndex device_index = -1);
 // A new, independent generator for a device (-1 = current).
 at::Generator newGenerator(c10::DeviceIndex device_index = -1);
-// The CPU generator behind a spyre generator (nullopt/undefined -> the default one).
-at::Generator cpuGeneratorOf(const std::optional<at::Generator>& generator);
+// The CPU generator behind a spyre generator (nullopt/undefined -> the default
+// generator of `device_index`).
+at::Generator cpuGeneratorOf(const std::optional<at::Generator>& generator,
+                             c10::DeviceIndex device_index);
 
 }  // namespace spyre

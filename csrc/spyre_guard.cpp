@@ -1,6 +1,8 @@
 // c10::impl::DeviceGuardImplInterface for PrivateUse1: what torch.Stream,
 // torch.Event, torch.accelerator and device guards call. Registered statically
 // when _C is loaded; nothing here starts the runtime until a device is used.
+#include <memory>
+
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -118,10 +120,16 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     TORCH_CHECK(flag == c10::EventFlag::PYTORCH_DEFAULT || flag == c10::EventFlag::BACKEND_DEFAULT,
                 "Received unknown event flag ", static_cast<int>(flag));
     flex::RuntimeStream* handle = SpyreStream(stream).resolveRuntimeHandle();
-    if (*event == nullptr) {
-      *event = new flex::RuntimeEvent(/*enable_timing=*/flag == c10::EventFlag::BACKEND_DEFAULT);
+    if (*event != nullptr) {
+      asEvent(*event)->record(handle);
+      return;
     }
-    asEvent(*event)->record(handle);
+    // Published only once recorded: if the record throws (a stream in error
+    // state), torch keeps the event unrecorded, so it must stay null (event_id 0).
+    auto created = std::make_unique<flex::RuntimeEvent>(
+        /*enable_timing=*/flag == c10::EventFlag::BACKEND_DEFAULT);
+    created->record(handle);
+    *event = created.release();
   }
 
   void block(void* event, const c10::Stream& stream) const override {

@@ -5,8 +5,6 @@
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
-
 #include "spyre_allocator.h"
 #include "spyre_generator.h"
 #include "spyre_runtime.h"
@@ -77,20 +75,9 @@ struct SpyreHooks final : public at::PrivateUse1HooksInterface {
     return pinnedHostAllocator();
   }
 
-  // untyped_storage().resize_(n): a new block, the old bytes copied over in
-  // stream order on the current stream.
+  // untyped_storage().resize_(n): stream ordered, see resizeStorageBytes.
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
-    TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
-    const size_t old_bytes = storage.nbytes();
-    c10::DataPtr new_data = storage.allocator()->allocate(new_bytes);
-    const size_t copy_bytes = std::min(old_bytes, new_bytes);
-    if (copy_bytes > 0 && storage.data() != nullptr) {
-      const SpyreStream stream = getCurrentStream(-1);
-      stream.launchD2D(storage.data(), new_data.get(), copy_bytes);
-      recordStream(storage.data_ptr(), stream);  // the old block outlives the copy
-    }
-    const_cast<c10::Storage&>(storage).set_data_ptr_noswap(std::move(new_data));
-    const_cast<c10::Storage&>(storage).set_nbytes(new_bytes);
+    resizeStorageBytes(storage, new_bytes);
   }
 };
 

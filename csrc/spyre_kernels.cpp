@@ -6,10 +6,14 @@
 // the boxed CPU fallback, which copies inputs to the host (a blocking D2H, so
 // it sees all work queued before it on the current stream), runs the CPU
 // kernel and copies results back (a blocking H2D): correct stream order at the
-// cost of synchronizing the current stream twice per op.
+// cost of synchronizing the current stream at least twice per op (once per
+// device input, once per device output; docs/tensors.md).
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
@@ -73,14 +77,32 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
                                     C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+// These views have CPU-only kernels upstream; through the fallback they would
+// silently become copies. Their native implementations only restride.
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::native::unfold(self, dimension, size, step);
+}
+
+at::Tensor view_as_real(const at::Tensor& self) {
+  return at::native::view_as_real(self);
+}
+
+at::Tensor view_as_complex(const at::Tensor& self) {
+  return at::native::view_as_complex(self);
+}
+
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
-  // Growing a storage copies its old bytes on the host: let queued work on the
-  // current stream land first.
-  if (self.storage().nbytes() > 0) {
-    getCurrentStream(self.device().index()).synchronize();
+  const c10::IntArrayRef sizes = C10_AS_INTARRAYREF_SLOW(size);
+  // Grow the storage first, in stream order (ATen's CPU resize would memcpy
+  // device memory on the host), and before the sizes change: an out-of-memory
+  // error leaves the tensor as it was.
+  const size_t needed_bytes = at::detail::computeStorageNbytesContiguous(
+      sizes, self.dtype().itemsize(), self.storage_offset());
+  if (needed_bytes > self.storage().nbytes()) {
+    resizeStorageBytes(self.storage(), needed_bytes);
   }
-  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+  return at::native::resize_(self, sizes, memory_format);
 }
 
 at::Tensor& set_source_Tensor(at::Tensor& self, const at::Tensor& source) {
@@ -99,9 +121,14 @@ at::Tensor& set_source_Storage_storage_offset(at::Tensor& self, at::Storage sour
                        C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
 }
 
-// A CPU tensor aliasing a spyre tensor's memory, for use *inside* device work only.
+// A CPU tensor aliasing a spyre tensor's memory, for use *inside* device work
+// only. It keeps the conjugate and negative bits: they change what a copy writes.
 at::Tensor deviceView(const at::Tensor& t) {
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  at::Tensor view =
+      at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  view._set_conj(t.is_conj());
+  view._set_neg(t.is_neg());
+  return view;
 }
 
 bool isDmaCompatible(const at::Tensor& src, const at::Tensor& dst) {
@@ -151,17 +178,23 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK((src_spyre || self.is_cpu()) && (dst_spyre || dst.is_cpu()),
               "spyre copy: cannot copy from ", self.device(), " to ", dst.device(),
               " (spyre copies go between spyre and cpu)");
-  TORCH_CHECK(self.sizes() == dst.sizes() || dst.numel() == self.numel(),
-              "spyre copy: size mismatch, src ", self.sizes(), " vs dst ", dst.sizes());
+  TORCH_CHECK(at::is_expandable_to(self.sizes(), dst.sizes()), "spyre copy: source of shape ",
+              self.sizes(), " cannot be broadcast to the destination's shape ", dst.sizes());
   const c10::DeviceIndex index = ensureDevice((dst_spyre ? dst : self).device().index());
   if (src_spyre && dst_spyre) {
     ensureDevice(self.device().index());
   }
-  const SpyreStream stream = getCurrentStream(index);
-  at::Tensor src = self;
-  if (src.sizes() != dst.sizes()) {
-    src = src.view(dst.sizes());
+  if (dst.numel() == 0) {
+    return dst;
   }
+  // The checks CPU's copy_ makes, made here: device work that fails puts its
+  // stream in an error state for good.
+  at::assert_no_internal_overlap(dst);
+  if (src_spyre && dst_spyre) {
+    at::assert_no_partial_overlap(dst, self);
+  }
+  const SpyreStream stream = getCurrentStream(index);
+  const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   launchCopy(stream, src, dst);
   // Device-to-device copies are stream ordered like any device work. A copy
   // that touches pageable host memory completes before returning, as on CUDA;
@@ -175,7 +208,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  at::native::resize_(dst, self.sizes(), std::nullopt);
+  resize_(dst, self.sym_sizes(), std::nullopt);
   return copy_from(self, dst, /*non_blocking=*/false);
 }
 
@@ -185,33 +218,53 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   return at::native::_local_scalar_dense_cpu(host);
 }
 
-std::optional<flex::DataFormats> fillFormat(c10::ScalarType type) {
+// The runtime's device fill for a dtype, and the value a CPU fill_ would store
+// as the double that fill takes. nullopt when the dtype has no device fill or
+// the double would not be exact (int64 beyond 2^53).
+std::optional<std::pair<flex::DataFormats, double>> deviceFill(c10::ScalarType type,
+                                                                const at::Scalar& value) {
   switch (type) {
-    case c10::kFloat: return flex::DataFormats::FP32;
-    case c10::kHalf: return flex::DataFormats::FP16;
-    case c10::kBFloat16: return flex::DataFormats::BF16;
-    case c10::kChar: return flex::DataFormats::INT8;
-    case c10::kShort: return flex::DataFormats::INT16;
-    case c10::kInt: return flex::DataFormats::INT32;
-    case c10::kLong: return flex::DataFormats::INT64;
-    case c10::kByte:
-    case c10::kBool: return flex::DataFormats::BYTES;
+    case c10::kFloat: return {{flex::DataFormats::FP32, value.to<float>()}};
+    case c10::kHalf: return {{flex::DataFormats::FP16, value.to<at::Half>()}};
+    case c10::kBFloat16: return {{flex::DataFormats::BF16, value.to<at::BFloat16>()}};
+    case c10::kChar: return {{flex::DataFormats::INT8, value.to<int8_t>()}};
+    case c10::kShort: return {{flex::DataFormats::INT16, value.to<int16_t>()}};
+    case c10::kInt: return {{flex::DataFormats::INT32, value.to<int32_t>()}};
+    case c10::kByte: return {{flex::DataFormats::BYTES, value.to<uint8_t>()}};
+    case c10::kBool: return {{flex::DataFormats::BYTES, value.to<bool>() ? 1.0 : 0.0}};
+    case c10::kLong: {
+      constexpr int64_t kExactInDouble = int64_t{1} << 53;
+      const int64_t element = value.to<int64_t>();
+      if (element < -kExactInDouble || element > kExactInDouble) {
+        return std::nullopt;
+      }
+      return {{flex::DataFormats::INT64, static_cast<double>(element)}};
+    }
     default: return std::nullopt;
   }
 }
 
+// Converts `value` to the element type as CPU's fill_ does, raising here for a
+// value that does not fit (device work that fails would poison the stream).
+void checkFillValue(c10::ScalarType type, const at::Scalar& value) {
+  AT_DISPATCH_V2(type, "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
+                 AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), AT_EXPAND(AT_FLOAT8_TYPES),
+                 AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES), c10::kComplexHalf, c10::kHalf,
+                 c10::kBool, c10::kBFloat16);
+}
+
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   const SpyreStream stream = getCurrentStream(self.device().index());
+  checkFillValue(self.scalar_type(), value);
   const size_t nbytes = self.numel() * self.element_size();
   if (nbytes == 0) {
     return self;
   }
-  const auto format = fillFormat(self.scalar_type());
-  if (format && self.is_non_overlapping_and_dense() && !value.isComplex()) {
-    stream.launchFill(self.data_ptr(), nbytes,
-                      self.scalar_type() == c10::kBool ? (value.to<bool>() ? 1.0 : 0.0)
-                                                       : value.toDouble(),
-                      *format);
+  const auto fill = self.is_non_overlapping_and_dense() && !self.is_conj() && !self.is_neg()
+                        ? deviceFill(self.scalar_type(), value)
+                        : std::nullopt;
+  if (fill) {
+    stream.launchFill(self.data_ptr(), nbytes, fill->second, fill->first);
   } else {
     stream.launchCompute([self, value] { deviceView(self).fill_(value); }, "fill", nbytes);
   }
@@ -236,7 +289,7 @@ template <typename Draw>
 at::Tensor& randomFill(at::Tensor& self, const std::optional<at::Generator>& generator,
                        Draw draw) {
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
-  draw(host, cpuGeneratorOf(generator));
+  draw(host, cpuGeneratorOf(generator, self.device().index()));
   launchCopy(getCurrentStream(self.device().index()), host, self);
   return self;
 }
@@ -283,7 +336,33 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
   recordStream(self.storage().data_ptr(), SpyreStream(stream));
 }
 
+bool isOptionalGenerator(const c10::Argument& argument) {
+  const auto* optional = argument.type()->castRaw<c10::OptionalType>();
+  return optional != nullptr && optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+// Random ops without a kernel here (randperm, multinomial, bernoulli(p), ...)
+// run on CPU too, and must draw from the spyre generator, not CPU's: a spyre
+// generator argument, or the default one when none was given, is swapped for
+// the CPU generator behind it.
+void useSpyreGenerators(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    c10::IValue& value = (*stack)[first + i];
+    if (value.isGenerator()) {
+      const at::Generator generator = value.toGenerator();
+      if (generator.device().is_privateuseone()) {
+        value = cpuGeneratorOf(generator, generator.device().index());
+      }
+    } else if (value.isNone() && isOptionalGenerator(arguments[i])) {
+      value = cpuGeneratorOf(std::nullopt, -1);
+    }
+  }
+}
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  useSpyreGenerators(op, stack);
   at::native::cpu_fallback(op, stack);
 }
 
@@ -293,6 +372,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(as_strided));
   m.impl("view", TORCH_FN(view));
   m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("unfold", TORCH_FN(unfold));
+  m.impl("view_as_real", TORCH_FN(view_as_real));
+  m.impl("view_as_complex", TORCH_FN(view_as_complex));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("set_.source_Tensor", TORCH_FN(set_source_Tensor));
   m.impl("set_.source_Storage", TORCH_FN(set_source_Storage));
@@ -311,6 +393,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("random_", TORCH_FN(random_));
   m.impl("bernoulli_.float", TORCH_FN(bernoulli_float));
   m.impl("exponential_", TORCH_FN(exponential_));
+}
+
+// The conjugate and negative fallbacks materialize a conj/neg input with
+// clone(), which copies through _copy_from again: endless recursion. Let the
+// copy kernels see the bits instead (deviceView keeps them).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -70,4 +70,25 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 
 
+def _register_spyreccl() -> None:
+    """Register the c10d backend "spyreccl", the default for spyre (docs/distributed.md).
+
+    torch.distributed is imported here, not at module level, and only when torch
+    was built with it; torch_spyre.distributed itself loads at the first
+    process group that uses the backend.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available() or "spyreccl" in dist.Backend.backend_list:
+        return
+
+    def create(common_opts, backend_opts):
+        from .distributed import create_backend
+
+        return create_backend(common_opts, backend_opts)
+
+    dist.Backend.register_backend("spyreccl", create, extended_api=True, devices=["spyre"])
+
+
 _register()
+_register_spyreccl()

@@ -8,8 +8,15 @@ wait), `synchronize` blocks the host (sleeping, never spinning), and
 
 import torch
 
+from . import _C
+
 
 class Event(torch.Event):
+    """A torch.Event on spyre, with torch.cuda.Event's signature.
+
+    `blocking` is accepted for compatibility: every host wait sleeps.
+    """
+
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
         if interprocess:
             raise NotImplementedError(
@@ -19,3 +26,11 @@ class Event(torch.Event):
         return torch.Event.__new__(
             cls, device="spyre", enable_timing=enable_timing, blocking=blocking
         )
+
+    def elapsed_time(self, end_event) -> float:
+        """Milliseconds of emulated device time from this event's record to `end_event`'s.
+
+        torch.Event.elapsed_time only accepts an exact torch.Event argument;
+        this accepts torch.spyre.Event too, with torch's checks and errors.
+        """
+        return _C._event_elapsed_time(self, end_event)

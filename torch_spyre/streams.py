@@ -44,6 +44,23 @@ class Stream(torch.Stream):
         """The Stream for a (stream_id, device_index) pair, without a pool hand-out."""
         return torch.Stream.__new__(cls, key[0], key[1], DEVICE_TYPE)
 
+    def record_event(self, event=None):
+        """Record `event` (a new torch.spyre.Event if None) on this stream and return it.
+
+        torch.Stream.record_event accepts only an exact torch.Event; this also
+        takes torch.spyre.Event.
+        """
+        if event is None:
+            from .events import Event
+
+            event = Event()
+        elif not isinstance(event, torch.Event):
+            raise TypeError(
+                f"expected a torch.Event, got {event!r} of type {type(event).__name__}"
+            )
+        event.record(self)
+        return event
+
     @property
     def priority(self) -> int:
         return -1 if _FIRST_HIGH_PRIORITY_ID <= self.stream_id <= _LAST_HIGH_PRIORITY_ID else 0

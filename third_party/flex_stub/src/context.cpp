@@ -57,8 +57,10 @@ RuntimeContext::~RuntimeContext() = default;
 
 RuntimeContext* RuntimeContext::create(int logical_device) {
   detail::checkNotForkedChild();
+  RuntimeContext* existing = g_context.load(std::memory_order_acquire);
+  if (existing && existing->deviceIndex() == logical_device) return existing;
   std::lock_guard<std::mutex> lock(g_create_mutex);
-  if (RuntimeContext* existing = g_context.load(std::memory_order_acquire)) {
+  if ((existing = g_context.load(std::memory_order_acquire))) {
     if (existing->deviceIndex() == logical_device) return existing;
     throw Error("flex: this process already has a context for device " +
                 std::to_string(existing->deviceIndex()) + "; cannot create one for device " +

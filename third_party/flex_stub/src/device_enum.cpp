@@ -52,7 +52,9 @@ int getNumDevices() {
   if (auto list = detail::envValue("SPYRE_DEVICES")) {
     return static_cast<int>(visibleCards(*list, cards).size());
   }
-  if (auto size = detail::envValue("AIU_WORLD_SIZE")) return worldSize("AIU_WORLD_SIZE", *size, cards);
+  if (auto size = detail::envValue("AIU_WORLD_SIZE")) {
+    return worldSize("AIU_WORLD_SIZE", *size, cards);
+  }
   if (auto size = detail::envValue("LOCAL_WORLD_SIZE")) {
     return worldSize("LOCAL_WORLD_SIZE", *size, cards);
   }

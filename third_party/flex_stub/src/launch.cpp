@@ -6,6 +6,7 @@
 
 #include "context_impl.hpp"
 #include "fill_format.hpp"
+#include "format.hpp"
 #include "stream_impl.hpp"
 #include "trace.hpp"
 
@@ -47,7 +48,11 @@ DevSpan deviceSpan(const detail::Memory& memory, const char* what,
                   " bytes has a null device pointer");
     }
     const DevPiece piece{static_cast<char*>(chunk.device_ptr) + offset, length};
-    memory.checkDeviceRange(what, piece.ptr, piece.size);
+    if (!memory.isInsideOneAllocation(piece.ptr, piece.size)) {
+      throw Error(std::string("flex: ") + what + ": device range of " + std::to_string(length) +
+                  " bytes at offset " + std::to_string(offset) + " of chunk " +
+                  detail::hexPointer(chunk.device_ptr) + " is not inside one live allocation");
+    }
     if (span.first.size == 0) {
       span.first = piece;
     } else {

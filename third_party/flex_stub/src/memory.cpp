@@ -3,20 +3,15 @@
 #include "memory.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "format.hpp"
 
 namespace flex::detail {
 namespace {
 
 constexpr size_t kAlignment = 64;
-
-std::string hex(const void* ptr) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", ptr);
-  return text;
-}
 
 // 64-byte aligned; size 0 still gets its own block so every pointer is unique.
 void* alignedBlock(size_t nbytes) {
@@ -69,7 +64,7 @@ void Memory::deallocate(void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = device_.find(reinterpret_cast<uintptr_t>(ptr));
     if (it == device_.end()) {
-      throw Error("flex: deallocate: " + hex(ptr) +
+      throw Error("flex: deallocate: " + hexPointer(ptr) +
                   " is not the start of a live device allocation");
     }
     stats_.allocated_bytes -= it->second;
@@ -105,7 +100,7 @@ void Memory::deallocatePinned(void* ptr) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (pinned_.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) {
-      throw Error("flex: deallocatePinned: " + hex(ptr) +
+      throw Error("flex: deallocatePinned: " + hexPointer(ptr) +
                   " is not the start of a live pinned allocation");
     }
   }
@@ -117,16 +112,13 @@ bool Memory::isPinnedPtr(const void* ptr) const {
   return containsLocked(pinned_, reinterpret_cast<uintptr_t>(ptr));
 }
 
-void Memory::checkDeviceRange(const char* what, const void* ptr, size_t size) const {
+bool Memory::isInsideOneAllocation(const void* ptr, size_t size) const {
   const uintptr_t address = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
   auto next = device_.upper_bound(address);
-  if (next != device_.begin()) {
-    const auto& [start, length] = *std::prev(next);
-    if (address - start <= length && size <= length - (address - start)) return;
-  }
-  throw Error(std::string("flex: ") + what + ": device range [" + hex(ptr) + ", +" +
-              std::to_string(size) + " bytes) is not inside one live allocation");
+  if (next == device_.begin()) return false;
+  const auto& [start, length] = *std::prev(next);
+  return address - start <= length && size <= length - (address - start);
 }
 
 }  // namespace flex::detail

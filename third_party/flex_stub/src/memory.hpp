@@ -23,9 +23,8 @@ class Memory {
   void deallocatePinned(void* ptr);
   bool isPinnedPtr(const void* ptr) const;
 
-  // Throws flex::Error (prefixed with `what`) unless [ptr, ptr + size) lies
-  // inside one live device allocation.
-  void checkDeviceRange(const char* what, const void* ptr, size_t size) const;
+  // True when [ptr, ptr + size) lies inside one live device allocation.
+  bool isInsideOneAllocation(const void* ptr, size_t size) const;
 
   // Held across fork() so the child inherits a consistent registry.
   void lockForFork() { mutex_.lock(); }

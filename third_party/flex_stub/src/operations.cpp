@@ -2,6 +2,8 @@
 // sleeping (never by burning CPU), and every failure becomes a message.
 #include "operations.hpp"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -88,7 +90,7 @@ void transfer(Op& op, Scheduler& scheduler) {
 
 }  // namespace
 
-bool executeOp(Op& op, Scheduler& scheduler, std::string& error) noexcept {
+bool executeOp(Op& op, Scheduler& scheduler, std::string& error) {
   try {
     switch (op.kind) {
       case OpKind::H2D:
@@ -103,6 +105,8 @@ bool executeOp(Op& op, Scheduler& scheduler, std::string& error) noexcept {
       case OpKind::Gate: break;  // handled by the scheduler: the stream parks instead
     }
     return true;
+  } catch (const abi::__forced_unwind&) {
+    throw;  // pthread_exit() (e.g. Python ending a thread at exit) must unwind
   } catch (const std::exception& e) {
     error = e.what();
   } catch (...) {

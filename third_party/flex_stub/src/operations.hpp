@@ -9,7 +9,8 @@
 namespace flex::detail {
 
 // Runs `op`; on failure (an exception from user code) returns false with `error`
-// set to the message. Never throws.
-bool executeOp(Op& op, Scheduler& scheduler, std::string& error) noexcept;
+// set to the message. The only exception that passes is the forced unwind of a
+// thread ending through pthread_exit().
+bool executeOp(Op& op, Scheduler& scheduler, std::string& error);
 
 }  // namespace flex::detail

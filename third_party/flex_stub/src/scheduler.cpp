@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "context_impl.hpp"
-#include "lifecycle.hpp"
 #include "operations.hpp"
 #include "stream_impl.hpp"
 #include "trace.hpp"
@@ -85,7 +84,8 @@ void Scheduler::makeReady(RuntimeStream::Impl* stream) {
 void Scheduler::resume(RuntimeStream::Impl* stream, uint64_t token) {
   std::unique_lock<std::mutex> lock(stream->mutex);
   // Shutdown may have abandoned the wait already.
-  if (stream->state != State::Parked || stream->completed.load(std::memory_order_relaxed) != token) {
+  if (stream->state != State::Parked ||
+      stream->completed.load(std::memory_order_relaxed) != token) {
     return;
   }
   Op wait = stream->queue.pop_front();
@@ -109,7 +109,9 @@ void Scheduler::engineMain(Engine* self) {
     RuntimeStream::Impl* stream = popReadyLocked();
     if (!stream) {
       idle_.push_back(self);
-      self->wake_cv.wait(lock, [&] { return self->woken || stopping_.load(std::memory_order_relaxed); });
+      self->wake_cv.wait(lock, [&] {
+        return self->woken || stopping_.load(std::memory_order_relaxed);
+      });
       self->woken = false;
       continue;
     }
@@ -129,7 +131,8 @@ bool Scheduler::takeFault(RuntimeStream::Impl* stream, std::string& message) {
     return true;
   }
   if (counted_fault) {
-    message = "flex: injected fault (FLEX_STUB_FAULT_AFTER=" + std::to_string(config_.fault_after) + ")";
+    message = "flex: injected fault (FLEX_STUB_FAULT_AFTER=" +
+              std::to_string(config_.fault_after) + ")";
     return true;
   }
   return false;
@@ -143,10 +146,30 @@ bool Scheduler::runOp(RuntimeStream::Impl* stream, Op op, std::string& error) {
   return ok;
 }
 
+bool Scheduler::awaitMoreWork(RuntimeStream::Impl* stream, std::unique_lock<std::mutex>& lock) {
+  const uint64_t launched = stream->launched.load(std::memory_order_relaxed);
+  lock.unlock();
+  const Clock::time_point deadline = Clock::now() + kLingerTime;
+  while (stream->launched.load(std::memory_order_relaxed) == launched &&
+         ready_count_[0].load(std::memory_order_relaxed) == 0 &&
+         ready_count_[1].load(std::memory_order_relaxed) == 0 &&
+         !stopping_.load(std::memory_order_relaxed) && Clock::now() < deadline) {
+    std::this_thread::yield();  // lets a runnable host thread have this core
+  }
+  lock.lock();
+  return !stream->queue.empty();
+}
+
 bool Scheduler::runStream(RuntimeStream::Impl* stream) {
   std::unique_lock<std::mutex> lock(stream->mutex);
+  // The host looks like it is launching in a loop when operations were queued
+  // behind the one taken and no synchronize() caller was just woken.
+  bool backlog = false;
+  bool woke_waiter = false;
   for (;;) {
-    if (stream->queue.empty() || stopping_.load(std::memory_order_relaxed)) {
+    const bool drained =
+        stream->queue.empty() && !(backlog && !woke_waiter && awaitMoreWork(stream, lock));
+    if (drained || stopping_.load(std::memory_order_relaxed)) {
       stream->state = State::Idle;  // on shutdown the queue is abandoned afterwards
       return false;
     }
@@ -162,15 +185,16 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
       const uint64_t token = stream->completed.load(std::memory_order_relaxed);
       if (!front.sync->passOrPark(stream, token)) {
         stream->state = State::Parked;
-        stream->parked_since_ns = trace::enabled() ? nowNs() : 0;
+        stream->parked_since_ns = nowNs();  // tracing may start while parked
         return false;
       }
       const Op wait = stream->queue.pop_front();
       if (trace::enabled()) trace::record(*stream, wait, nowNs(), nowNs());
-      stream->completeLocked(1);
+      woke_waiter = stream->completeLocked(1);
     } else {
       stream->state = State::Running;
       Op op = stream->queue.pop_front();
+      backlog = backlog || !stream->queue.empty();
       lock.unlock();
       const bool ok = runOp(stream, std::move(op), message);
       lock.lock();
@@ -178,7 +202,7 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
         stream->failLocked(lock, std::move(message), Op{});
         return false;
       }
-      stream->completeLocked(1);
+      woke_waiter = stream->completeLocked(1);
     }
     if (!stream->queue.empty() && shouldYield(stream->priority)) {
       stream->state = State::Ready;
@@ -189,7 +213,8 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
 
 void Scheduler::sleepUntil(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(sleep_mutex_);
-  sleep_cv_.wait_until(lock, deadline, [this] { return stopping_.load(std::memory_order_relaxed); });
+  sleep_cv_.wait_until(lock, deadline,
+                       [this] { return stopping_.load(std::memory_order_relaxed); });
 }
 
 void Scheduler::stop() {

@@ -56,6 +56,15 @@ class Scheduler {
   // Runs operations of `stream` until it empties, parks, fails, or has to yield
   // to another ready stream. Returns true when it must be requeued.
   bool runStream(RuntimeStream::Impl* stream);
+  // Called with `stream` locked and its queue empty after a backlog, when the
+  // host looks like it is launching in a loop. The engine keeps the stream
+  // (still Running) for up to kLingerTime, yielding its core, in case more
+  // launches follow: the host then finds the stream running and skips waking
+  // an engine, a futex call that would cost it microseconds each time the
+  // engine catches up. Cut short when another stream waits for an engine.
+  // Returns true when work arrived.
+  bool awaitMoreWork(RuntimeStream::Impl* stream, std::unique_lock<std::mutex>& lock);
+  static constexpr std::chrono::nanoseconds kLingerTime{3000};
   // Executes one operation outside any lock; the op is destroyed before return.
   bool runOp(RuntimeStream::Impl* stream, Op op, std::string& error);
   // Consumes a pending fault for the operation about to run, if any.

@@ -34,15 +34,15 @@ void RuntimeStream::Impl::enqueue(Op&& op) {
   context->scheduler.makeReady(this);
 }
 
-void RuntimeStream::Impl::completeLocked(uint64_t count) {
+bool RuntimeStream::Impl::completeLocked(uint64_t count) {
   const uint64_t done = completed.load(std::memory_order_relaxed) + count;
   completed.store(done, std::memory_order_release);
   // Wake waiters only when the nearest target is reached: a synchronize() after
   // a long pipeline sleeps through the pipeline instead of waking per operation.
-  if (done >= wake_target) {
-    wake_target = UINT64_MAX;  // each woken waiter that is not done re-registers
-    done_cv.notify_all();
-  }
+  if (done < wake_target) return false;
+  wake_target = UINT64_MAX;  // each woken waiter that is not done re-registers
+  done_cv.notify_all();
+  return true;
 }
 
 void RuntimeStream::Impl::failLocked(std::unique_lock<std::mutex>& lock, std::string message,

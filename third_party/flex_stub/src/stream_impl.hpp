@@ -26,8 +26,8 @@ struct RuntimeStream::Impl {
   void enqueue(detail::Op&& op);
 
   // Counts `count` front operations as done and wakes synchronize() callers
-  // whose target is reached.
-  void completeLocked(uint64_t count);
+  // whose target is reached; returns true if it woke any.
+  bool completeLocked(uint64_t count);
   // Latches `message`: the failed operation and every queued one count as done;
   // queued event records still complete so other streams' waits release.
   // Unlocks `lock`.

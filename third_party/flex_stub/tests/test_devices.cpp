@@ -70,7 +70,8 @@ TEST(devices_world_size_below_one_is_an_error) {
 TEST(devices_malformed_values_name_variable_and_value) {
   for (const char* bad : {"abc", "2x", "", " ", "1.5"}) {
     util::setEnv("AIU_WORLD_SIZE", bad);
-    CHECK_THROWS_MSG(getNumDevices(), std::string("flex: AIU_WORLD_SIZE='") + bad + "' is not an integer");
+    CHECK_THROWS_MSG(getNumDevices(),
+                     std::string("flex: AIU_WORLD_SIZE='") + bad + "' is not an integer");
   }
   unsetenv("AIU_WORLD_SIZE");
   util::setEnv("LOCAL_WORLD_SIZE", "abc");

@@ -91,9 +91,13 @@ TEST(error_injected_fault_fails_the_next_operation) {
   std::atomic<int> ran{0};
   util::callback(stream, [&ran] { ++ran; });
   stream->synchronize();
+  Gate gate;  // holds the stream so both callbacks are queued before the fault hits
+  gate.enqueueOn(stream);
+  WAIT_UNTIL(gate.blockedStreams() == 1);
   flex::test::injectFault(stream, "injected: card fell over");
   util::callback(stream, [&ran] { ++ran; });
   util::callback(stream, [&ran] { ++ran; });
+  gate.release();
   CHECK_THROWS_MSG(stream->synchronize(), "injected: card fell over");
   CHECK_EQ(ran.load(), 1);
   CHECK_EQ(stream->errorMessage(), std::string("injected: card fell over"));
@@ -124,7 +128,6 @@ TEST(error_fault_after_n_operations) {
   std::atomic<int> ran{0};
   for (int i = 0; i < 3; ++i) util::callback(a, [&ran] { ++ran; });
   a->synchronize();
-  util::callback(b, [&ran] { ++ran; });
   util::callback(b, [&ran] { ++ran; });
   CHECK_THROWS_MSG(b->synchronize(), "flex: injected fault (FLEX_STUB_FAULT_AFTER=3)");
   CHECK_EQ(ran.load(), 3);

@@ -1,6 +1,7 @@
 // Events: per-record completion states, cross-stream waits, timing.
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "util.hpp"
@@ -185,13 +186,16 @@ TEST(event_elapsed_time_errors) {
   timed.record(stream);
   untimed.record(stream);
   stream->synchronize();
-  CHECK_THROWS_MSG(timed.elapsedTime(untimed), "timing-enabled events (start: timing, end: no timing)");
-  CHECK_THROWS_MSG(timed.elapsedTime(never), "recorded events (start: recorded, end: never recorded)");
+  CHECK_THROWS_MSG(timed.elapsedTime(untimed),
+                   "timing-enabled events (start: timing, end: no timing)");
+  CHECK_THROWS_MSG(timed.elapsedTime(never),
+                   "recorded events (start: recorded, end: never recorded)");
   Gate gate;
   RuntimeEvent pending(true);
   gate.enqueueOn(stream);
   pending.record(stream);
-  CHECK_THROWS_MSG(timed.elapsedTime(pending), "completed events (start: complete, end: not complete)");
+  CHECK_THROWS_MSG(timed.elapsedTime(pending),
+                   "completed events (start: complete, end: not complete)");
   gate.release();
   stream->synchronize();
   CHECK(timed.elapsedTime(pending) > 0);

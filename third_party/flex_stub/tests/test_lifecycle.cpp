@@ -1,4 +1,6 @@
 // Process exit with work in flight, the runtime after shutdown, and fork.
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -92,6 +94,22 @@ TEST(shutdown_cuts_running_delays_short) {
   });
   CHECK_EQ(status, 0);
   CHECK(util::msSince(start) < 5000);
+}
+
+TEST(shutdown_survives_an_engine_ended_by_pthread_exit) {
+  // What Python does to a thread that needs the GIL after finalization: the
+  // forced unwind must pass through the engine instead of terminating.
+  const int status = util::runInChild([] {
+    RuntimeStream* stream = util::context()->createStream();
+    util::compute(stream, [] { pthread_exit(nullptr); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    RuntimeStream* other = util::context()->createStream();  // other streams still run
+    util::callback(other, [] {});
+    other->synchronize();
+    std::exit(0);
+    return 1;
+  });
+  CHECK_EQ(status, 0);
 }
 
 TEST(fork_child_cannot_use_the_runtime) {

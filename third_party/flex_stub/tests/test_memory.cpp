@@ -111,7 +111,8 @@ TEST(memory_pinned_host_allocations) {
   CHECK(empty != nullptr && empty != pinned);
   CHECK(context->isPinnedPtr(empty));
   int local = 0;
-  CHECK_THROWS_MSG(context->deallocatePinned(&local), "is not the start of a live pinned allocation");
+  CHECK_THROWS_MSG(context->deallocatePinned(&local),
+                   "is not the start of a live pinned allocation");
   context->deallocatePinned(pinned);
   context->deallocatePinned(empty);
   CHECK(!context->isPinnedPtr(pinned));

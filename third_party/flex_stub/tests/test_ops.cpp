@@ -314,7 +314,8 @@ TEST(launch_validation_names_the_bad_values) {
   CHECK_THROWS_MSG(stream->launchOperationH2D(&past_end), "offset 100 + size 64 exceeds");
   CompositeAddress lying(dev, 256);  // claims more than was allocated
   DmaParams outside(host.data(), 256, true, &lying);
-  CHECK_THROWS_MSG(stream->launchOperationH2D(&outside), "+256 bytes) is not inside one live allocation");
+  CHECK_THROWS_MSG(stream->launchOperationH2D(&outside),
+                   "device range of 256 bytes at offset 0 of chunk 0x");
   CompositeAddress not_device(host.data(), 16);
   DmaParams host_as_dev(host.data() + 64, 16, true, &not_device);
   CHECK_THROWS_MSG(stream->launchOperationH2D(&host_as_dev), "is not inside one live allocation");
@@ -326,14 +327,16 @@ TEST(launch_validation_names_the_bad_values) {
   no_fn.name = "matmul";
   CHECK_THROWS_MSG(stream->launchOperationCompute(&no_fn), "'matmul' has no function");
   flex::HostCallbackParams no_callback;
-  CHECK_THROWS_MSG(stream->launchOperationHostCallback(&no_callback), "'host_callback' has no function");
+  CHECK_THROWS_MSG(stream->launchOperationHostCallback(&no_callback),
+                   "'host_callback' has no function");
   CHECK_THROWS_MSG(stream->launchOperationDelay(std::chrono::nanoseconds(-5)),
                    "duration -5 ns is negative");
   flex::D2DParams copy;
   copy.src = CompositeAddress(dev, 128);
   copy.dst = CompositeAddress(dev, 128);
   copy.size = 129;
-  CHECK_THROWS_MSG(stream->launchOperationD2D(&copy), "launchOperationD2D (dst): offset 0 + size 129");
+  CHECK_THROWS_MSG(stream->launchOperationD2D(&copy),
+                   "launchOperationD2D (dst): offset 0 + size 129");
 
   context->deallocate(dev);
   DmaParams freed(host.data(), 16, true, &address);

@@ -37,7 +37,7 @@ TEST(stream_query_false_while_last_op_runs) {
   std::atomic<bool> finish{false};
   util::compute(stream, [&] {
     started = true;
-    while (!finish) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    util::sleepUntilSet(finish);
   });
   WAIT_UNTIL(started.load());
   CHECK(!stream->query());
@@ -144,10 +144,13 @@ TEST(stream_parked_on_event_holds_no_engine) {
   flex::RuntimeEvent event;
   gate.enqueueOn(producer);
   event.record(producer);
+  WAIT_UNTIL(gate.blockedStreams() == 1);
+  util::callback(consumer, [] {});
   event.wait(consumer);
   util::callback(consumer, [] {});
-  WAIT_UNTIL(gate.blockedStreams() == 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let the consumer park
+  // The only engine moves straight on to the consumer's wait: were it to block
+  // there instead of parking, `other` would never run.
+  WAIT_UNTIL(consumer->completedOps() == 1);
   std::atomic<int> done{0};
   for (int i = 0; i < 10; ++i) util::callback(other, [&done] { ++done; });
   other->synchronize();
@@ -161,7 +164,7 @@ TEST(stream_parked_on_event_holds_no_engine) {
 TEST(engines_start_lazily_up_to_the_cap) {
   util::setEnv("FLEX_STUB_ENGINES", "2");
   auto* context = util::context();
-  const int base = util::threadCount();
+  const int base = util::baselineThreadCount();
   std::atomic<bool> finish{false};
   std::atomic<int> running{0};
   std::vector<RuntimeStream*> streams;
@@ -170,7 +173,7 @@ TEST(engines_start_lazily_up_to_the_cap) {
   for (RuntimeStream* stream : streams) {
     util::compute(stream, [&] {
       ++running;
-      while (!finish) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      util::sleepUntilSet(finish);
       --running;
     });
   }
@@ -185,7 +188,7 @@ TEST(engines_start_lazily_up_to_the_cap) {
 
 TEST(engines_unlimited_by_default_every_stream_runs_at_once) {
   auto* context = util::context();
-  const int base = util::threadCount();
+  const int base = util::baselineThreadCount();
   const int count = 12;
   std::atomic<int> arrived{0};
   std::atomic<bool> timed_out{false};

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -31,6 +32,8 @@ inline double cpuMs() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+// Threads of this process. A sanitizer may add a helper thread at the first
+// pthread_create: call baselineThreadCount() for the reference value.
 inline int threadCount() {
   int count = 0;
   if (DIR* dir = opendir("/proc/self/task")) {
@@ -38,6 +41,20 @@ inline int threadCount() {
     closedir(dir);
   }
   return count;
+}
+
+inline int baselineThreadCount() {
+  std::thread([] {}).join();
+  return threadCount();
+}
+
+// Sleeps until `flag` is set, at most 10 s, so a test that fails before setting
+// it still ends (the runtime lets a running operation finish at exit).
+inline void sleepUntilSet(const std::atomic<bool>& flag) {
+  const auto start = Clock::now();
+  while (!flag.load() && msSince(start) < 10000) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 inline void setEnv(const char* name, const char* value) { setenv(name, value, 1); }

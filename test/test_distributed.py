@@ -1,0 +1,417 @@
+"""Issue 7: torchrun jobs, one process per device, and the spyreccl c10d backend.
+
+Each test launches `python -m torch.distributed.run --standalone
+--nproc-per-node=2` on a small worker script; every rank writes what it saw to
+rank<N>.json and the test checks exact values for both ranks.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from conftest import DEVICE_ENV
+
+ROOT = Path(__file__).resolve().parent.parent
+NPROC = 2
+
+
+def torchrun(tmp_path, script, env=None, check=True, timeout=120):
+    """Run `script` under torchrun with NPROC ranks (cwd and OUT_DIR: tmp_path)."""
+    path = tmp_path / "worker.py"
+    path.write_text(textwrap.dedent(script))
+    full_env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
+    full_env.update(OUT_DIR=str(tmp_path), **(env or {}))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={NPROC}", str(path)]
+    # A session of its own, so a hang kills the launcher and its workers together.
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=full_env, text=True, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"torchrun timed out after {timeout} s\n"
+                    f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
+    result = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    if check and result.returncode != 0:
+        pytest.fail(f"torchrun exited {result.returncode}\n"
+                    f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
+    return result
+
+
+def rank_results(tmp_path):
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(NPROC)]
+
+
+# Shared by the worker scripts: record values, errors and the per-rank output.
+PRELUDE = """
+import json, os, threading
+import torch
+import torch.distributed as dist
+
+LOCAL_RANK = int(os.environ["LOCAL_RANK"])
+out = {}
+
+def error(fn):
+    try:
+        fn()
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+    return None
+
+def save():
+    rank = int(os.environ["RANK"])
+    with open(os.path.join(os.environ["OUT_DIR"], f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
+"""
+
+
+# ---------------------------------------------------------------- registration
+
+
+def test_spyreccl_is_registered_as_the_default_for_spyre():
+    assert "spyreccl" in dist.Backend.backend_list
+    assert dist.Backend.SPYRECCL == "spyreccl"
+    assert dist.Backend.default_device_backend_map["spyre"] == "spyreccl"
+    assert dist.Backend.default_device_backend_map["cpu"] == "gloo"
+    assert dist.Backend.backend_capability["spyreccl"] == ["spyre"]
+    assert dist.Backend._plugins["SPYRECCL"].extended_api is True
+    # The backend module loads with the first process group, not with torch.
+    assert "torch_spyre.distributed" not in sys.modules
+
+
+# ---------------------------------------------------------------- one job, every collective
+
+COLLECTIVES = PRELUDE + """
+from torch_spyre.testing import Gate
+
+def spyre(values, dtype=torch.float32):
+    return torch.tensor(values, dtype=dtype, device="spyre")
+
+def read(t):
+    return [str(t.device), t.cpu().tolist()]
+
+# Binding from LOCAL_RANK, before any set_device: this thread and a new one.
+def binding():
+    return [torch.spyre.current_device(), str(torch.ones(1, device="spyre").device),
+            torch.spyre.current_stream().device_index]
+
+out["binding"] = binding()
+box = {}
+worker = threading.Thread(target=lambda: box.update(binding=binding()))
+worker.start(); worker.join()
+out["thread_binding"] = box["binding"]
+out["device_count"] = torch.spyre.device_count()
+
+dist.init_process_group()   # no backend: cpu -> gloo, spyre -> spyreccl
+r = dist.get_rank()
+pg = dist.group.WORLD
+out["backend"] = [type(pg).__name__, pg.name(), dist.get_backend_config(),
+                  dist.get_default_backend_for_device("spyre"),
+                  dist.get_default_backend_for_device("cpu"), [str(d) for d in pg._device_types]]
+
+def run(name, collective, *tensors):
+    # Each collective twice: blocking, then async_op=True (wait() twice: idempotent).
+    for mode in ("sync", "async"):
+        ts = [t() for t in tensors]
+        work = collective(*ts, async_op=mode == "async")
+        if mode == "async":
+            waits = [work.wait(), work.wait()]
+            out[f"{name}.work"] = [type(work).__name__, *waits, work.is_completed()]
+        out[f"{name}.{mode}"] = [read(t) for t in ts]
+
+R = dist.ReduceOp
+for op in ["SUM", "PRODUCT", "MIN", "MAX", "AVG"]:
+    run(f"all_reduce.{op}", lambda t, **kw: dist.all_reduce(t, op=getattr(R, op), **kw),
+        lambda: spyre([r + 1, 4 - r]))
+# Each rank scales its own input before the sum.
+run("all_reduce.PREMUL_SUM",
+    lambda t, **kw: dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor([r + 1.0])),
+                                    **kw),
+    lambda: spyre([r + 1, 4 - r]))
+for op in ["BAND", "BOR", "BXOR"]:
+    run(f"all_reduce.{op}", lambda t, **kw: dist.all_reduce(t, op=getattr(R, op), **kw),
+        lambda: spyre([r + 1, 6], torch.int32))
+run("broadcast", lambda t, **kw: dist.broadcast(t, src=1, **kw),
+    lambda: spyre([10 * r + 1.0] * 3))
+run("reduce", lambda t, **kw: dist.reduce(t, dst=0, **kw), lambda: spyre([r + 1, 10 * (r + 1)]))
+run("reduce.MAX", lambda t, **kw: dist.reduce(t, dst=1, op=R.MAX, **kw),
+    lambda: spyre([r + 1, 10 - r]))
+run("all_gather", lambda a, b, x, **kw: dist.all_gather([a, b], x, **kw),
+    lambda: torch.zeros(2, device="spyre"), lambda: torch.zeros(2, device="spyre"),
+    lambda: spyre([r, r + 0.5]))
+run("all_gather.cpu_outputs", lambda a, b, x, **kw: dist.all_gather([a, b], x, **kw),
+    lambda: torch.zeros(2), lambda: torch.zeros(2), lambda: spyre([r, r + 0.5]))
+run("all_gather_into_tensor", lambda o, x, **kw: dist.all_gather_into_tensor(o, x, **kw),
+    lambda: torch.zeros(4, device="spyre"), lambda: spyre([r, r + 0.5]))
+run("reduce_scatter_tensor", lambda o, x, **kw: dist.reduce_scatter_tensor(o, x, **kw),
+    lambda: torch.zeros(2, device="spyre"), lambda: torch.arange(4.0, device="spyre") + r)
+run("reduce_scatter_tensor.MAX",
+    lambda o, x, **kw: dist.reduce_scatter_tensor(o, x, op=R.MAX, **kw),
+    lambda: torch.zeros(2, device="spyre"), lambda: torch.arange(4.0, device="spyre") * (r + 1))
+run("all_reduce.cpu", lambda t, **kw: dist.all_reduce(t, **kw), lambda: torch.tensor([r + 1]))
+run("all_reduce.cpu.PREMUL_SUM",
+    lambda t, **kw: dist.all_reduce(t, op=dist._make_nccl_premul_sum(float(r + 1)), **kw),
+    lambda: torch.tensor([r + 1.0, 4.0 - r]))
+run("all_reduce.empty", lambda t, **kw: dist.all_reduce(t, **kw),
+    lambda: torch.zeros(0, device="spyre"))
+work = dist.barrier(async_op=True)
+out["barrier"] = [work.wait(), dist.barrier()]
+
+# Stream order. Staging waits for the fill still queued behind a sleep on s;
+# wait() only enqueues the copy back on s (here behind a gate), the host does
+# not wait for it, and other streams still see the old value.
+s, other = torch.spyre.Stream(), torch.spyre.Stream()
+with torch.spyre.stream(s):
+    t = torch.zeros(2, device="spyre")
+    torch.spyre._sleep(100)
+    t.fill_(r + 1)
+    work = dist.all_reduce(t, async_op=True)
+    with Gate() as gate:
+        gate.block(s)
+        out["stream.wait"] = work.wait()
+        out["stream.pending_after_wait"] = s.query()
+        with torch.spyre.stream(other):
+            out["stream.other_stream_sees"] = t.cpu().tolist()
+        gate.release()
+    out["stream.after"] = t.cpu().tolist()
+
+# A collective from a second thread: same device, same group.
+def in_thread():
+    t = spyre([10.0 * (r + 1)])
+    dist.all_reduce(t)
+    box["thread_all_reduce"] = read(t)
+worker = threading.Thread(target=in_thread)
+worker.start(); worker.join()
+out["thread_all_reduce"] = box["thread_all_reduce"]
+
+objects = [{"from": r}]
+dist.broadcast_object_list(objects, src=1)
+out["broadcast_object_list"] = objects
+
+gather_list = [spyre([0.0]), spyre([0.0])] if r == 0 else None
+out["gather.spyre"] = error(lambda: dist.gather(spyre([1.0]), gather_list))
+out["broadcast.bad_root"] = error(lambda: dist.broadcast(spyre([1.0]), src=5))
+# A collective that fails in gloo: every wait() raises it, nothing is copied back.
+t = spyre([r + 1, 7], torch.int64)
+work = dist.all_reduce(t, op=R.AVG, async_op=True)
+first, second = error(work.wait), error(work.wait)
+out["async_error"] = [first, second, work.is_completed(), work.is_success(),
+                      work.exception() is not None, t.cpu().tolist()]
+
+dist.destroy_process_group()
+save()
+"""
+
+
+@pytest.fixture(scope="module")
+def collectives(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("collectives")
+    torchrun(tmp_path, COLLECTIVES)
+    return rank_results(tmp_path)
+
+
+def both(results, key):
+    return [res[key] for res in results]
+
+
+def test_each_rank_binds_local_rank_in_every_thread(collectives):
+    assert both(collectives, "binding") == [[0, "spyre:0", 0], [1, "spyre:1", 1]]
+    assert both(collectives, "thread_binding") == [[0, "spyre:0", 0], [1, "spyre:1", 1]]
+    # No device variables: visible devices follow LOCAL_WORLD_SIZE.
+    assert both(collectives, "device_count") == [2, 2]
+
+
+def test_default_process_group_uses_spyreccl_for_spyre_and_gloo_for_cpu(collectives):
+    expected = ["ProcessGroupSpyreCCL", "spyreccl", "spyre:spyreccl", "spyreccl", "gloo", ["cpu"]]
+    assert both(collectives, "backend") == [expected, expected]
+    assert both(collectives, "all_reduce.cpu.sync") == [[["cpu", [3]]]] * 2
+    assert both(collectives, "all_reduce.cpu.async") == [[["cpu", [3]]]] * 2
+    # PREMUL_SUM is not in gloo: spyreccl scales a private copy, then sums.
+    assert both(collectives, "all_reduce.cpu.PREMUL_SUM.sync") == [[["cpu", [5.0, 10.0]]]] * 2
+    assert both(collectives, "all_reduce.cpu.PREMUL_SUM.async") == [[["cpu", [5.0, 10.0]]]] * 2
+    assert both(collectives, "all_reduce.empty.async") == [[["spyre:0", []]], [["spyre:1", []]]]
+    assert both(collectives, "broadcast_object_list") == [[{"from": 1}]] * 2
+    assert both(collectives, "barrier") == [[True, None]] * 2
+
+
+# Inputs: rank 0 [1, 4], rank 1 [2, 3] (ints: [1, 6], [2, 6]).
+@pytest.mark.parametrize(
+    "op,expected",
+    [
+        ("SUM", [3.0, 7.0]),
+        ("PRODUCT", [2.0, 12.0]),
+        ("MIN", [1.0, 3.0]),
+        ("MAX", [2.0, 4.0]),
+        ("AVG", [1.5, 3.5]),
+        ("PREMUL_SUM", [5.0, 10.0]),  # 1 * [1, 4] + 2 * [2, 3]
+        ("BAND", [0, 6]),
+        ("BOR", [3, 6]),
+        ("BXOR", [3, 0]),
+    ],
+)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_all_reduce_every_op(collectives, op, expected, mode):
+    results = both(collectives, f"all_reduce.{op}.{mode}")
+    assert results == [[["spyre:0", expected]], [["spyre:1", expected]]]
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        # src=1 sends [11, 11, 11].
+        ("broadcast", [[["spyre:0", [11.0] * 3]], [["spyre:1", [11.0] * 3]]]),
+        # dst=0 gets the sum; the other rank's tensor is left as it was.
+        ("reduce", [[["spyre:0", [3.0, 30.0]]], [["spyre:1", [2.0, 20.0]]]]),
+        ("reduce.MAX", [[["spyre:0", [1.0, 10.0]]], [["spyre:1", [2.0, 10.0]]]]),
+        (
+            "all_gather",
+            [
+                [["spyre:0", [0.0, 0.5]], ["spyre:0", [1.0, 1.5]], ["spyre:0", [0.0, 0.5]]],
+                [["spyre:1", [0.0, 0.5]], ["spyre:1", [1.0, 1.5]], ["spyre:1", [1.0, 1.5]]],
+            ],
+        ),
+        (
+            "all_gather.cpu_outputs",
+            [
+                [["cpu", [0.0, 0.5]], ["cpu", [1.0, 1.5]], ["spyre:0", [0.0, 0.5]]],
+                [["cpu", [0.0, 0.5]], ["cpu", [1.0, 1.5]], ["spyre:1", [1.0, 1.5]]],
+            ],
+        ),
+        (
+            "all_gather_into_tensor",
+            [
+                [["spyre:0", [0.0, 0.5, 1.0, 1.5]], ["spyre:0", [0.0, 0.5]]],
+                [["spyre:1", [0.0, 0.5, 1.0, 1.5]], ["spyre:1", [1.0, 1.5]]],
+            ],
+        ),
+        # [0, 1, 2, 3] + [1, 2, 3, 4] = [1, 3, 5, 7], scattered in halves.
+        (
+            "reduce_scatter_tensor",
+            [
+                [["spyre:0", [1.0, 3.0]], ["spyre:0", [0.0, 1.0, 2.0, 3.0]]],
+                [["spyre:1", [5.0, 7.0]], ["spyre:1", [1.0, 2.0, 3.0, 4.0]]],
+            ],
+        ),
+        (
+            "reduce_scatter_tensor.MAX",
+            [
+                [["spyre:0", [0.0, 2.0]], ["spyre:0", [0.0, 1.0, 2.0, 3.0]]],
+                [["spyre:1", [4.0, 6.0]], ["spyre:1", [0.0, 2.0, 4.0, 6.0]]],
+            ],
+        ),
+    ],
+)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_collective_results(collectives, name, expected, mode):
+    assert both(collectives, f"{name}.{mode}") == expected
+
+
+def test_async_work_wait_is_idempotent(collectives):
+    for key in [k for k in collectives[0] if k.endswith(".work")]:
+        kind = "Work" if key == "all_reduce.cpu.work" else "SpyreCCLWork"
+        assert both(collectives, key) == [[kind, True, True, True]] * 2, key
+
+
+def test_wait_completes_on_the_current_stream_without_a_host_wait(collectives):
+    for rank, res in enumerate(collectives):
+        assert res["stream.wait"] is True
+        assert res["stream.pending_after_wait"] is False  # the copy back waits behind the gate
+        # Another stream still sees this rank's input: the copy back has not run.
+        assert res["stream.other_stream_sees"] == [rank + 1.0] * 2
+        # After the gate: the sum, so the staging read the fill queued behind the sleep.
+        assert res["stream.after"] == [3.0, 3.0]
+
+
+def test_collective_from_a_second_thread(collectives):
+    assert both(collectives, "thread_all_reduce") == [["spyre:0", [30.0]], ["spyre:1", [30.0]]]
+
+
+def test_errors_propagate(collectives):
+    unsupported = [
+        "NotImplementedError",
+        "spyreccl: gather is not supported on spyre tensors (supported: all_reduce, broadcast, "
+        "reduce, all_gather, all_gather_into_tensor, reduce_scatter_tensor, barrier); copy the "
+        "tensors to the cpu first",
+    ]
+    assert both(collectives, "gather.spyre") == [unsupported] * 2
+    bad_root = ["RuntimeError", "ProcessGroupGloo::broadcast: invalid root rank: 5"]
+    assert both(collectives, "broadcast.bad_root") == [bad_root] * 2
+    gloo_error = ["RuntimeError", "result type Float can't be cast to the desired output type Long"]
+    assert both(collectives, "async_error") == [
+        [gloo_error, gloo_error, True, False, True, [1, 7]],
+        [gloo_error, gloo_error, True, False, True, [2, 7]],
+    ]
+
+
+# ---------------------------------------------------------------- explicit backend strings
+
+
+def test_explicit_backend_string_device_id_and_subgroup(tmp_path):
+    torchrun(
+        tmp_path,
+        PRELUDE
+        + textwrap.dedent(
+            """
+        dist.init_process_group("cpu:gloo,spyre:spyreccl",
+                                device_id=torch.device("spyre", LOCAL_RANK))
+        r = dist.get_rank()
+        out["backend"] = [type(dist.group.WORLD).__name__, dist.get_backend(),
+                          dist.get_backend_config()]
+        t, c = torch.tensor([r + 1.0], device="spyre"), torch.tensor([r + 1.0])
+        dist.all_reduce(t); dist.all_reduce(c)
+        out["world"] = [str(t.device), t.cpu().tolist(), c.tolist()]
+        sub = dist.new_group(backend="spyreccl")
+        t = torch.tensor([10.0 * (r + 1)], device="spyre")
+        dist.all_reduce(t, group=sub)
+        out["subgroup"] = [type(sub).__name__, dist.get_backend(sub), t.cpu().tolist()]
+        dist.barrier(device_ids=[LOCAL_RANK])
+        dist.destroy_process_group()
+        save()
+        """
+        ),
+    )
+    results = rank_results(tmp_path)
+    config = "cpu:gloo,spyre:spyreccl"
+    assert both(results, "backend") == [["ProcessGroupSpyreCCL", config, config]] * 2
+    assert both(results, "world") == [["spyre:0", [3.0], [3.0]], ["spyre:1", [3.0], [3.0]]]
+    assert both(results, "subgroup") == [["ProcessGroupSpyreCCL", "spyreccl", [30.0]]] * 2
+
+
+# ---------------------------------------------------------------- demo and failure
+
+
+def test_torchrun_demo(tmp_path):
+    proc = torchrun(tmp_path, (ROOT / "examples" / "torchrun_demo.py").read_text())
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+    assert len(lines) == 2, proc.stdout
+    for rank, line in enumerate(lines):
+        assert line.startswith(f"rank {rank}/2 on spyre:{rank}: 4 chunks on streams [1, 2], "
+                               "all_reduce(sum) = 56 (expected 56) in "), line
+
+
+def test_local_rank_beyond_the_visible_devices_fails_clearly(tmp_path):
+    proc = torchrun(
+        tmp_path,
+        """
+        import os, torch
+        x = torch.ones(1, device="spyre")
+        print(f"rank {os.environ['LOCAL_RANK']} on {x.device}", flush=True)
+        """,
+        env={"SPYRE_DEVICES": "0"},  # one visible device for two ranks
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert (
+        "RuntimeError: Device index out of bounds. logical_device_id=1, number of visible devices=1"
+        in proc.stderr
+    )
+    assert "local_rank: 1" in proc.stderr  # torchrun names the failing worker

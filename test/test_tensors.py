@@ -1,0 +1,1017 @@
+"""Issue 5: tensors on spyre that respect streams: the allocator and its stats,
+pinned memory, stream-ordered copies, the CPU fallback, RNG and bad input.
+
+Asynchronous behaviour is observed deterministically with a Gate: work behind
+it cannot run until the test releases it. "Not there yet" is read either from
+pinned host memory directly or from the device through another (ungated)
+stream. Where a call must block until gated work has run, a helper thread
+releases the gate and the test checks the call returned only after that.
+"""
+
+import threading
+import time
+import warnings
+
+import pytest
+import torch
+from torch_spyre.testing import Gate
+
+from conftest import run_python
+
+SPYRE = torch.device("spyre:0")
+
+# Every dtype CPU tensors support that the device accepts, and values each
+# holds exactly.
+DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.float64,
+    torch.bfloat16,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+]
+
+
+def sample(dtype, shape=(3, 4)):
+    """Distinct, exactly representable values of `dtype` (CPU, contiguous)."""
+    n = 1
+    for size in shape:
+        n *= size
+    values = torch.arange(n).reshape(shape)
+    if dtype == torch.bool:
+        return (values % 3 == 0).to(dtype)
+    if dtype == torch.uint8:
+        return (values * 7 % 251).to(dtype)
+    if dtype.is_complex:
+        return torch.complex(values - 5.5, 0.25 * values).to(dtype)
+    if dtype.is_floating_point:
+        return ((values - 5) * 0.5).to(dtype)
+    return (values * 3 - 17).to(dtype)
+
+
+class ReleaseLater:
+    """Releases `gate` from a timer thread after `delay` s; `released` is set just before."""
+
+    def __init__(self, gate, delay=0.3):
+        self.released = threading.Event()
+        self._timer = threading.Timer(delay, self._release, args=(gate,))
+        self._timer.start()
+
+    def _release(self, gate):
+        self.released.set()
+        gate.release()
+
+    def is_set(self):
+        return self.released.is_set()
+
+    def cancel(self):
+        self._timer.cancel()
+        self._timer.join()
+
+
+def read_on_other_stream(tensor):
+    """The tensor's device contents as an ungated stream sees them right now."""
+    with torch.spyre.Stream():
+        return tensor.cpu()
+
+
+def wait_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture(autouse=True)
+def drained_device():
+    """Each test starts and ends with no device work (and no stream-ordered free) pending."""
+    torch.spyre.synchronize()
+    yield
+    torch.spyre.synchronize()
+
+
+# ---------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_dtype_round_trips(dtype):
+    cpu = sample(dtype)
+    on_device = cpu.to("spyre")
+    assert on_device.device == SPYRE and on_device.dtype == dtype and on_device.is_spyre
+    assert on_device.shape == (3, 4) and on_device.stride() == (4, 1)
+    back = on_device.cpu()
+    assert back.device.type == "cpu" and back.dtype == dtype
+    assert torch.equal(back, cpu)
+    assert torch.equal(on_device.clone().cpu(), cpu)  # D2D too
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_device_fills_store_what_cpu_stores(dtype):
+    value = True if dtype == torch.bool else (2.5 - 1j if dtype.is_complex else 3)
+    for make in (torch.zeros, torch.ones):
+        assert torch.equal(make(2, 3, dtype=dtype, device="spyre").cpu(), make(2, 3, dtype=dtype))
+    full = torch.full((2, 3), value, dtype=dtype, device="spyre")
+    assert torch.equal(full.cpu(), torch.full((2, 3), value, dtype=dtype))
+    # A non-dense target takes the element-wise path.
+    base = torch.zeros(4, 6, dtype=dtype, device="spyre")
+    base[:, ::2].fill_(value)
+    expected = torch.zeros(4, 6, dtype=dtype)
+    expected[:, ::2].fill_(value)
+    assert torch.equal(base.cpu(), expected)
+
+
+def test_fill_values_are_bit_exact():
+    big = 2**53 + 1  # not representable as a double
+    assert torch.full((2,), big, dtype=torch.int64, device="spyre").cpu().tolist() == [big, big]
+    assert torch.full((2,), -(2**63), dtype=torch.int64, device="spyre").cpu().tolist() == [
+        -(2**63)
+    ] * 2
+    assert torch.zeros(3, dtype=torch.uint8, device="spyre").fill_(-1).cpu().tolist() == [255] * 3
+    bits = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
+    for dtype, as_bits in bits.items():
+        for value in (0.1, -0.0, float("inf"), 65504.0, 1e-8):
+            got = torch.full((1,), value, dtype=dtype, device="spyre").cpu()
+            want = torch.full((1,), value, dtype=dtype)
+            assert torch.equal(got.view(as_bits), want.view(as_bits)), (dtype, value)
+    nan = torch.full((1,), float("nan"), device="spyre").cpu()
+    assert torch.isnan(nan).all()
+    expanded = torch.zeros(4, device="spyre").expand(3, 4)
+    expanded.fill_(2.0)  # allowed on CPU too: every element is the same memory
+    assert expanded.cpu().tolist() == [[2.0] * 4] * 3
+
+
+def test_special_float_values_round_trip_bitwise():
+    cpu = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-45])
+    back = cpu.to("spyre").cpu()
+    assert torch.equal(back.view(torch.int32), cpu.view(torch.int32))
+
+
+# ---------------------------------------------------------------- views and strides
+
+
+def test_views_alias_device_memory_and_match_cpu():
+    cpu = torch.arange(24.0).reshape(4, 6)
+    dev = cpu.to("spyre")
+    base_ptr = dev.untyped_storage().data_ptr()
+    views = {
+        "t": lambda x: x.t(),
+        "slice_step": lambda x: x[1:, ::2],
+        "select": lambda x: x[:, 3],
+        "narrow": lambda x: x.narrow(1, 2, 3),
+        "view": lambda x: x.view(2, 12),
+        "reshape": lambda x: x.reshape(3, 8),
+        "permute": lambda x: x.view(2, 2, 6).permute(2, 0, 1),
+        "unsqueeze": lambda x: x.unsqueeze(1),
+        "expand": lambda x: x[:1].expand(5, 6),
+        "diagonal": lambda x: x.diagonal(),
+        "unfold": lambda x: x.unfold(1, 2, 2),
+        "as_strided": lambda x: x.as_strided((2, 2), (7, 1), 1),
+        "flatten": lambda x: x.flatten(),
+    }
+    for name, make in views.items():
+        got, want = make(dev), make(cpu)
+        assert got.untyped_storage().data_ptr() == base_ptr, name
+        assert (got.shape, got.stride(), got.storage_offset()) == (
+            want.shape,
+            want.stride(),
+            want.storage_offset(),
+        ), name
+        assert torch.equal(got.cpu(), want), name
+
+
+def test_writes_through_views_reach_the_base():
+    dev = torch.zeros(3, 4, device="spyre")
+    dev[:, 1].fill_(7)
+    dev.t()[3].copy_(torch.tensor([1.0, 2.0, 3.0]))
+    dev[2, ::2] += 5  # a fallback op on a strided view
+    expected = torch.zeros(3, 4)
+    expected[:, 1] = 7
+    expected[:, 3] = torch.tensor([1.0, 2.0, 3.0])
+    expected[2, ::2] += 5
+    assert torch.equal(dev.cpu(), expected)
+
+    complex_dev = torch.tensor([1 + 2j, 3 - 4j]).to("spyre")
+    as_real = torch.view_as_real(complex_dev)
+    assert as_real.untyped_storage().data_ptr() == complex_dev.untyped_storage().data_ptr()
+    as_real[:, 1].zero_()
+    assert complex_dev.cpu().tolist() == [1 + 0j, 3 + 0j]
+    assert torch.view_as_complex(as_real).cpu().tolist() == [1 + 0j, 3 + 0j]
+    dev.unfold(1, 2, 2)[0, 0].fill_(-1)
+    assert dev.cpu()[0, :2].tolist() == [-1.0, -1.0]
+
+
+# ---------------------------------------------------------------- non-contiguous copies
+
+CPU_SOURCES = {
+    "transposed": lambda: torch.arange(12.0).reshape(3, 4).t(),
+    "sliced": lambda: torch.arange(40.0)[3::4],
+    "expanded": lambda: torch.arange(4.0).expand(3, 4),
+    "offset_view": lambda: torch.arange(30.0).reshape(5, 6)[1:4, 2:5],
+    "channels_last": lambda: torch.arange(24.0)
+    .reshape(1, 2, 3, 4)
+    .contiguous(memory_format=torch.channels_last),
+}
+
+
+@pytest.mark.parametrize("name", CPU_SOURCES)
+def test_non_contiguous_sources_copy_exactly_in_every_direction(name):
+    src = CPU_SOURCES[name]()
+    on_device = src.to("spyre")
+    assert torch.equal(on_device.cpu(), src)  # H2D then D2H
+    # Into an existing non-contiguous device destination and back out of one.
+    dst = torch.full(src.shape[::-1], -1.0, device="spyre").permute(
+        *reversed(range(src.dim()))
+    )
+    dst.copy_(src)
+    assert torch.equal(dst.cpu(), src)
+    host_dst = torch.empty(src.shape[::-1]).permute(*reversed(range(src.dim())))
+    host_dst.copy_(dst)  # D2H into a strided host tensor
+    assert torch.equal(host_dst, src)
+    d2d = torch.empty_like(dst, memory_format=torch.contiguous_format)
+    d2d.copy_(dst)  # strided D2D
+    assert d2d.is_contiguous() and torch.equal(d2d.cpu(), src)
+
+
+def test_copies_broadcast_like_cpu_and_reject_other_shapes():
+    row = torch.arange(4.0)
+    dev = torch.zeros(3, 4, device="spyre").copy_(row)
+    assert torch.equal(dev.cpu(), row.expand(3, 4))
+    host = torch.zeros(2, 4).copy_(row.to("spyre"))
+    assert torch.equal(host, row.expand(2, 4))
+    d2d = torch.zeros(2, 4, device="spyre").copy_(row.to("spyre")[None])
+    assert torch.equal(d2d.cpu(), row.expand(2, 4))
+    before = dev.cpu()
+    with pytest.raises(RuntimeError, match=r"source of shape \[12\] cannot be broadcast to the "
+                       r"destination's shape \[3, 4\]"):
+        dev.copy_(torch.arange(12.0))
+    assert torch.equal(dev.cpu(), before)
+
+
+@pytest.mark.parametrize("direction", ["h2d", "d2h", "d2d"])
+def test_conjugate_and_negative_views_copy_their_values(direction):
+    cpu = torch.tensor([1 + 2j, -3 - 4j])
+    for make in (torch.conj, torch._neg_view):
+        want = make(cpu).resolve_conj().resolve_neg()
+        if direction == "h2d":
+            got = make(cpu).to("spyre").cpu()
+        elif direction == "d2h":
+            got = make(cpu.to("spyre")).cpu()
+        else:
+            got = make(cpu.to("spyre")).clone().resolve_conj().resolve_neg().cpu()
+        assert torch.equal(got.resolve_conj().resolve_neg(), want), make
+    assert torch.equal(cpu.to("spyre").conj().imag.cpu(), torch.tensor([-2.0, 4.0]))
+
+
+# ---------------------------------------------------------------- copy directions and blocking
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned"])
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_h2d_values_and_blocking_rule(non_blocking, pinned):
+    src = sample(torch.float32)
+    if pinned:
+        src = src.pin_memory()
+    dst = torch.full((3, 4), -1.0, device="spyre")
+    stream = torch.spyre.Stream()
+    gate = Gate()
+    with stream:
+        gate.block()
+        if non_blocking and pinned:
+            dst.copy_(src, non_blocking=True)  # returns with the copy still queued
+            assert torch.equal(read_on_other_stream(dst), torch.full((3, 4), -1.0))
+            gate.release()
+            stream.synchronize()
+        else:
+            releaser = ReleaseLater(gate)
+            dst.copy_(src, non_blocking=non_blocking)
+            assert releaser.is_set(), "a pageable or blocking copy returned before it ran"
+    assert torch.equal(read_on_other_stream(dst), src)
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned"])
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_d2h_values_and_blocking_rule(non_blocking, pinned):
+    want = sample(torch.float32)
+    src = want.to("spyre")
+    dst = torch.full((3, 4), -1.0)
+    if pinned:
+        dst = dst.pin_memory()
+    stream = torch.spyre.Stream()
+    gate = Gate()
+    with stream:
+        gate.block()
+        if non_blocking and pinned:
+            dst.copy_(src, non_blocking=True)
+            assert torch.equal(dst, torch.full((3, 4), -1.0))  # not written yet
+            gate.release()
+            stream.synchronize()
+        else:
+            releaser = ReleaseLater(gate)
+            dst.copy_(src, non_blocking=non_blocking)
+            assert releaser.is_set(), "a pageable or blocking copy returned before it ran"
+    assert torch.equal(dst, want)
+
+
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_d2d_is_stream_ordered_either_way(non_blocking):
+    want = sample(torch.float32)
+    src = want.to("spyre")
+    dst = torch.full((3, 4), -1.0, device="spyre")
+    stream = torch.spyre.Stream()
+    with stream, Gate() as gate:
+        gate.block()
+        dst.copy_(src, non_blocking=non_blocking)  # never waits for the device
+        assert torch.equal(read_on_other_stream(dst), torch.full((3, 4), -1.0))
+        gate.release()
+        stream.synchronize()
+    assert torch.equal(dst.cpu(), want)
+
+
+def test_to_cpu_non_blocking_returns_pinned_memory_filled_in_stream_order():
+    src = sample(torch.float32).to("spyre")
+    stream = torch.spyre.Stream()
+    with stream, Gate() as gate:
+        gate.block()
+        host = src.to("cpu", non_blocking=True)
+        assert host.is_pinned()
+        assert not stream.query()
+        gate.release()
+        stream.synchronize()
+    assert torch.equal(host, sample(torch.float32))
+
+
+def test_non_blocking_copy_keeps_its_buffers_alive():
+    stream = torch.spyre.Stream()
+    dst = torch.empty(1000, device="spyre")
+    host = torch.full((1000,), -1.0).pin_memory()
+    device_src = torch.arange(1000.0, 2000.0).to("spyre")
+    with stream, Gate() as gate:
+        gate.block()
+        dst.copy_(torch.arange(1000.0).pin_memory(), non_blocking=True)  # source dropped at once
+        host.copy_(device_src, non_blocking=True)
+        del device_src  # freed in stream order
+        gate.release()
+        stream.synchronize()
+    assert torch.equal(dst.cpu(), torch.arange(1000.0))
+    assert torch.equal(host, torch.arange(1000.0, 2000.0))
+
+
+@pytest.mark.parametrize(
+    "src_dtype,dst_dtype",
+    [
+        (torch.int64, torch.float16),
+        (torch.float32, torch.int32),
+        (torch.float32, torch.bfloat16),
+        (torch.float64, torch.float32),
+        (torch.int32, torch.bool),
+        (torch.bool, torch.uint8),
+        (torch.float32, torch.complex64),
+        (torch.complex128, torch.complex64),
+    ],
+    ids=str,
+)
+def test_dtype_conversion_in_every_direction(src_dtype, dst_dtype):
+    src = sample(src_dtype)
+    want = src.to(dst_dtype)
+    assert torch.equal(src.to("spyre", dst_dtype).cpu(), want)  # H2D converts
+    on_device = src.to("spyre")
+    assert torch.equal(on_device.to("cpu", dst_dtype), want)  # D2H converts
+    assert torch.equal(on_device.to(dst_dtype).cpu(), want)  # D2D converts
+    assert torch.equal(on_device.t().to(dst_dtype).cpu(), want.t())  # strided and converting
+    pinned_dst = torch.empty(3, 4, dtype=dst_dtype).pin_memory()
+    pinned_dst.copy_(on_device, non_blocking=True)
+    torch.spyre.synchronize()
+    assert torch.equal(pinned_dst, want)
+
+
+def test_complex_to_real_copy_keeps_the_real_part():
+    src = torch.tensor([1.5 + 2j, -3 - 1j]).to("spyre")
+    assert torch.equal(src.real.cpu(), torch.tensor([1.5, -3.0]))
+    dst = torch.empty(2, device="spyre")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "discards the imaginary part", once per process
+        dst.copy_(src)
+    assert dst.cpu().tolist() == [1.5, -3.0]
+
+
+# ---------------------------------------------------------------- the CPU fallback
+
+
+def test_issue_example_with_sleep():
+    x = torch.arange(4.0).pin_memory()
+    s = torch.spyre.Stream()
+    with s:
+        torch.spyre._sleep(300)
+        y = x.to("spyre", non_blocking=True)
+        z = (y + 1).cpu()
+    assert z.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "pageable"])
+def test_issue_example_with_a_gate(pinned):
+    x = torch.arange(4.0)
+    if pinned:
+        x = x.pin_memory()
+    s = torch.spyre.Stream()
+    gate = Gate()
+    with s:
+        gate.block()
+        releaser = ReleaseLater(gate)
+        y = x.to("spyre", non_blocking=True)
+        # Pinned: the copy is still queued, so the fallback's read must wait for it.
+        assert releaser.is_set() != pinned
+        z = (y + 1).cpu()
+        assert releaser.is_set()
+    assert z.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_fallback_reads_after_queued_work_and_writes_before_returning():
+    a = torch.arange(6.0).to("spyre")
+    s = torch.spyre.Stream()
+    gate = Gate()
+    with s:
+        gate.block()
+        a.fill_(2.0)  # queued behind the gate
+        releaser = ReleaseLater(gate)
+        b = a * 3  # fallback: must see the fill
+        assert releaser.is_set()
+        a.mul_(10)  # in-place fallback
+    # Results are in device memory when the op returns: another stream sees them.
+    assert read_on_other_stream(b).tolist() == [6.0] * 6
+    assert read_on_other_stream(a).tolist() == [20.0] * 6
+
+
+def test_fallback_out_variant_resizes_its_output():
+    a, b = torch.arange(4.0).to("spyre"), torch.ones(4, device="spyre")
+    out = torch.empty(0, device="spyre")
+    torch.add(a, b, out=out)
+    assert out.shape == (4,) and out.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_common_ops_through_the_fallback():
+    cpu = sample(torch.float32)
+    dev = cpu.to("spyre")
+    assert torch.equal((dev @ dev.t()).cpu(), cpu @ cpu.t())
+    assert torch.equal(dev.sum(dim=1).cpu(), cpu.sum(dim=1))
+    assert dev.max().item() == cpu.max().item()
+    assert torch.equal(dev[torch.tensor([0, 2])].cpu(), cpu[torch.tensor([0, 2])])
+    assert torch.equal(torch.where(dev > 0, dev, -dev).cpu(), cpu.abs())
+    assert torch.equal(torch.cat([dev, dev]).cpu(), torch.cat([cpu, cpu]))
+    assert dev.tolist() == cpu.tolist()
+    assert repr(torch.arange(3).to("spyre")) == "tensor([0, 1, 2], device='spyre:0')"
+
+
+# ---------------------------------------------------------------- memory stats
+
+
+def stat(key):
+    return torch.accelerator.memory_stats().get(key, 0)
+
+
+def test_memory_allocated_moves_by_exactly_the_tensor_size():
+    base = torch.accelerator.memory_allocated()
+    reserved = torch.accelerator.memory_reserved()
+    free, total = torch.accelerator.get_memory_info()
+    x = torch.empty(256, device="spyre")
+    assert torch.accelerator.memory_allocated() == base + 1024
+    assert torch.accelerator.memory_allocated("spyre:0") == base + 1024
+    assert torch.accelerator.memory_reserved() == reserved + 1024
+    assert torch.accelerator.get_memory_info() == (free - 1024, total)
+    del x
+    assert torch.accelerator.memory_allocated() == base
+    assert torch.accelerator.memory_reserved() == reserved
+    assert torch.accelerator.get_memory_info() == (free, total)
+
+
+def test_memory_stats_counters_pools_and_resets():
+    torch.accelerator.reset_accumulated_memory_stats()
+    torch.accelerator.reset_peak_memory_stats()
+    base = torch.accelerator.memory_allocated()
+    assert torch.accelerator.max_memory_allocated() == base
+    assert stat("allocated_bytes.all.allocated") == 0 and stat("num_device_alloc") == 0
+    small = torch.empty(256, device="spyre")  # 1 KiB: small pool
+    large = torch.empty(2 * 2**20, dtype=torch.uint8, device="spyre")  # 2 MiB: large pool
+    assert stat("allocated_bytes.all.current") == base + 1024 + 2**21
+    assert stat("allocated_bytes.all.allocated") == 1024 + 2**21
+    assert stat("allocated_bytes.large_pool.allocated") == 2**21
+    assert stat("allocated_bytes.small_pool.allocated") == 1024
+    assert stat("allocation.all.allocated") == 2 and stat("num_device_alloc") == 2
+    assert stat("requested_bytes.all.allocated") == 1024 + 2**21
+    del large
+    assert torch.accelerator.max_memory_allocated() == base + 1024 + 2**21
+    assert torch.accelerator.max_memory_reserved() >= base + 1024 + 2**21
+    assert stat("allocated_bytes.all.freed") == 2**21 and stat("num_device_free") == 1
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == base + 1024
+    torch.accelerator.empty_cache()  # nothing cached: changes nothing
+    assert torch.accelerator.memory_allocated() == base + 1024
+    del small
+    torch.accelerator.reset_accumulated_memory_stats()
+    assert stat("allocated_bytes.all.allocated") == 0 and stat("allocated_bytes.all.freed") == 0
+    assert stat("num_ooms") == 0 and stat("num_alloc_retries") == 0
+    empty = torch.empty(0, device="spyre")  # no memory: counts nothing, as on CUDA
+    assert stat("allocation.all.allocated") == 0 and stat("num_device_alloc") == 0
+    assert empty.cpu().shape == (0,) and empty.data_ptr() == 0
+
+
+# ---------------------------------------------------------------- stream-ordered frees
+
+
+def test_block_used_by_a_gated_stream_is_returned_only_after_the_work():
+    reserved = torch.accelerator.memory_reserved()
+    allocated = torch.accelerator.memory_allocated()
+    src = torch.ones(256, device="spyre")  # allocated on the default stream
+    dst = torch.empty(256, device="spyre")
+    s = torch.spyre.Stream()
+    gate = Gate()
+    with s:
+        gate.block()
+        dst.copy_(src)  # queued on s, reads src
+    del src
+    # The host let go: no longer allocated, but still reserved and active.
+    assert torch.accelerator.memory_allocated() == allocated + 1024
+    assert torch.accelerator.memory_reserved() == reserved + 2048
+    assert stat("active_bytes.all.current") == reserved + 2048
+    gate.release()
+    s.synchronize()
+    wait_until(lambda: torch.accelerator.memory_reserved() == reserved + 1024)
+    assert stat("active_bytes.all.current") == reserved + 1024
+    assert dst.cpu().tolist() == [1.0] * 256
+
+
+def test_record_stream_delays_the_free():
+    reserved = torch.accelerator.memory_reserved()
+    t = torch.ones(256, device="spyre")
+    s = torch.spyre.Stream()
+    gate = Gate()
+    with s:
+        gate.block()
+    t.record_stream(s)
+    del t
+    assert torch.accelerator.memory_reserved() == reserved + 1024
+    gate.release()
+    s.synchronize()
+    wait_until(lambda: torch.accelerator.memory_reserved() == reserved)
+
+
+def test_free_without_pending_work_is_immediate():
+    reserved = torch.accelerator.memory_reserved()
+    t = torch.ones(256, device="spyre")
+    torch.spyre.synchronize()
+    t.record_stream(torch.spyre.Stream())  # idle streams hold nothing back
+    del t
+    assert torch.accelerator.memory_reserved() == reserved
+
+
+def test_upstream_record_stream_pattern():
+    # test_cuda.py::test_record_stream, with a gate instead of a calibrated sleep.
+    t = torch.tensor([1.0, 2.0, 3.0, 4.0]).pin_memory()
+    result = torch.empty(4, device="spyre")
+    stream = torch.spyre.Stream()
+    gate = Gate()
+    with stream:
+        tmp = t.to("spyre", non_blocking=True)
+        ptr = tmp.data_ptr()
+    torch.spyre.current_stream().wait_stream(stream)
+    tmp.record_stream(torch.spyre.current_stream())
+    gate.block()  # delays the copy below on the current stream
+    result.copy_(tmp)
+    del tmp
+    with stream:
+        tmp2 = torch.empty(4, device="spyre")
+        tmp2.zero_()
+        assert tmp2.data_ptr() != ptr, "allocation re-used too soon"
+    gate.release()
+    assert result.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_autograd_stream_handling_records_on_the_consumer_stream():
+    x = torch.arange(4.0, device="spyre", requires_grad=True)
+    s = torch.spyre.Stream()
+    with s:
+        y = (x * x + 3 * x).sum()
+    y.backward()
+    torch.spyre.synchronize()
+    assert x.grad.device == SPYRE
+    assert x.grad.cpu().tolist() == [3.0, 5.0, 7.0, 9.0]
+
+
+def test_storage_and_tensor_resize_are_stream_ordered_and_keep_data():
+    x = torch.arange(4.0).to("spyre")
+    s = torch.spyre.Stream()
+    gate = Gate()
+    with s:
+        gate.block()
+        x[:2].fill_(9.0)  # queued behind the gate
+        releaser = ReleaseLater(gate, delay=10)  # only if resize_ wrongly waits
+        x.resize_(6)  # grows by a queued D2D: no host wait
+        x.untyped_storage().resize_(40)
+        assert not releaser.is_set(), "resize_ waited for the device"
+        releaser.cancel()
+        gate.release()
+    torch.spyre.synchronize()
+    assert x.shape == (6,) and x.untyped_storage().nbytes() == 40
+    assert x.cpu()[:4].tolist() == [9.0, 9.0, 2.0, 3.0]
+
+
+# ---------------------------------------------------------------- pinned memory
+
+
+def test_pinned_memory():
+    pinned = torch.arange(10.0).pin_memory()
+    assert pinned.is_pinned() and pinned[3:].is_pinned()
+    assert not torch.arange(10.0).is_pinned()
+    assert torch.equal(pinned, torch.arange(10.0))
+    assert torch.empty(5, pin_memory=True).is_pinned()
+    assert torch.empty(0).pin_memory().is_pinned() is False  # nothing to pin
+    torch.accelerator.empty_host_cache()
+    with pytest.raises(RuntimeError, match="pin_memory=True is only valid for CPU tensors"):
+        torch.empty(3, device="spyre", pin_memory=True)
+
+
+def test_empty_host_cache_after_lazy_init_does_not_crash():
+    proc = run_python(
+        """
+        import torch
+        torch.empty(1, device="spyre")
+        torch.accelerator.empty_host_cache()
+        p = torch.ones(4).pin_memory()
+        torch.accelerator.empty_host_cache()
+        print(p.is_pinned())
+        """
+    )
+    assert proc.stdout.strip() == "True"
+
+
+# ---------------------------------------------------------------- RNG
+
+
+def test_random_factories_and_in_place_draws():
+    torch.manual_seed(0)
+    n = torch.randn(1000, device="spyre")
+    u = torch.rand(1000, device="spyre", dtype=torch.float16)
+    r = torch.randint(3, 9, (1000,), device="spyre")
+    assert (n.device, u.device, r.device) == (SPYRE, SPYRE, SPYRE)
+    assert (n.dtype, u.dtype, r.dtype) == (torch.float32, torch.float16, torch.int64)
+    u_cpu, r_cpu = u.cpu(), r.cpu()
+    assert 0 <= u_cpu.min() and u_cpu.max() < 1
+    assert set(r_cpu.tolist()) == set(range(3, 9))
+    t = torch.empty(1000, device="spyre")
+    t.uniform_(-2, -1)
+    assert -2 <= t.min().item() and t.max().item() < -1
+    t.normal_(5, 0.001)
+    assert abs(t.mean().item() - 5) < 0.01
+    strided = torch.zeros(4, 6, device="spyre")
+    strided[:, ::2].uniform_(1, 2)
+    assert (strided.cpu()[:, 1::2] == 0).all() and (strided.cpu()[:, ::2] >= 1).all()
+
+
+def test_manual_seed_reproduces_cpu_sequences_exactly():
+    def draw(device):
+        torch.manual_seed(1234)
+        return [
+            torch.randn(20, device=device).cpu(),
+            torch.rand(3, 5, device=device).cpu(),
+            torch.randint(0, 100, (7,), device=device).cpu(),
+            torch.empty(9, device=device).normal_(2, 3).cpu(),
+            torch.empty(9, device=device).uniform_(-1, 1).cpu(),
+        ]
+
+    first, second, cpu = draw("spyre"), draw("spyre"), draw("cpu")
+    for a, b, c in zip(first, second, cpu):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_rng_state_round_trips():
+    torch.spyre.manual_seed(7)
+    state = torch.spyre.get_rng_state()
+    assert state.dtype == torch.uint8 and state.device.type == "cpu"
+    first = torch.rand(8, device="spyre").cpu()
+    torch.spyre.set_rng_state(state)
+    assert torch.equal(torch.rand(8, device="spyre").cpu(), first)
+    assert torch.equal(torch.spyre.get_rng_state("spyre:0"), torch.spyre.get_rng_state())
+    with torch.random.fork_rng(device_type="spyre"):
+        torch.rand(8, device="spyre")
+    after = torch.rand(8, device="spyre").cpu()
+    torch.spyre.set_rng_state(state)
+    torch.rand(8, device="spyre")
+    assert torch.equal(torch.rand(8, device="spyre").cpu(), after)
+
+
+def test_explicit_generator():
+    g = torch.Generator(device="spyre")
+    assert g.device == SPYRE
+    g.manual_seed(5)
+    a = torch.randn(16, device="spyre", generator=g).cpu()
+    torch.manual_seed(99)  # the default generator does not affect g
+    g.manual_seed(5)
+    b = torch.empty(16, device="spyre").normal_(generator=g).cpu()
+    assert torch.equal(a, b)
+    assert torch.equal(a, torch.randn(16, generator=torch.Generator().manual_seed(5)))
+    g.manual_seed(5)
+    state = g.get_state()
+    c = torch.rand(4, device="spyre", generator=g).cpu()
+    g.set_state(state)
+    assert torch.equal(torch.rand(4, device="spyre", generator=g).cpu(), c)
+    with pytest.raises(RuntimeError, match="Expected a spyre generator"):
+        torch.empty(3, device="spyre").normal_(generator=torch.Generator())
+
+
+def test_random_ops_through_the_fallback_use_the_spyre_generator():
+    cpu_state = torch.get_rng_state()
+    probabilities = torch.tensor([0.1, 0.2, 0.3, 0.4]).to("spyre")
+
+    def draw(**generator):
+        return [
+            torch.randperm(10, device="spyre", **generator).cpu(),
+            torch.multinomial(probabilities, 3, **generator).cpu(),
+            torch.bernoulli(probabilities.expand(2, 4), **generator).cpu(),
+            torch.empty(5, device="spyre").geometric_(0.3, **generator).cpu(),
+        ]
+
+    torch.spyre.manual_seed(11)
+    first = draw()
+    torch.spyre.manual_seed(11)
+    assert all(torch.equal(a, b) for a, b in zip(first, draw()))
+    g = torch.Generator(device="spyre").manual_seed(11)
+    assert all(torch.equal(a, b) for a, b in zip(first, draw(generator=g)))
+    # The same sequence CPU gives for the same seed, and CPU's generator is untouched.
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+    torch.manual_seed(11)
+    assert torch.equal(first[0], torch.randperm(10))
+
+
+def test_random_draws_follow_program_order_across_streams():
+    torch.manual_seed(3)
+    s1, s2 = torch.spyre.Stream(), torch.spyre.Stream()
+    with s1, Gate() as gate:
+        gate.block()
+        a = torch.rand(5, device="spyre")  # drawn now, written when s1 runs
+        with s2:
+            b = torch.rand(5, device="spyre")
+        gate.release()
+    torch.spyre.synchronize()
+    torch.manual_seed(3)
+    assert torch.equal(a.cpu(), torch.rand(5)) and torch.equal(b.cpu(), torch.rand(5))
+
+
+# ---------------------------------------------------------------- upstream stream-test patterns
+
+
+def test_tensor_work_in_nested_stream_contexts():
+    torch.manual_seed(0)
+    ref_a, ref_b = torch.randn(64), torch.randn(64)
+    torch.manual_seed(0)
+    outer, middle = torch.spyre.Stream(), torch.Stream(device="spyre")
+    inner = torch.spyre.Stream(priority=-1)
+    default = torch.spyre.current_stream()
+    with outer:
+        a = torch.randn(64, device="spyre")
+        with middle:
+            middle.wait_stream(outer)
+            b = torch.randn(64, device="spyre")
+            with torch.spyre.stream(inner):
+                inner.wait_stream(middle)
+                assert torch.accelerator.current_stream() == inner
+                c = a + b
+                d = torch.add(a, b, alpha=2)
+                e = a.half() + b.half()
+                f = torch.add(a.half(), b.half())
+            assert torch.accelerator.current_stream() == middle
+            g = c * d
+        assert torch.spyre.current_stream() == outer
+        outer.wait_stream(middle)
+        h = g - e.float()
+    assert torch.spyre.current_stream() == default
+    torch.accelerator.synchronize()
+    assert torch.equal(c.cpu(), ref_a + ref_b)
+    assert torch.equal(d.cpu(), torch.add(ref_a, ref_b, alpha=2))
+    assert e.dtype == torch.float16 and torch.equal(e.cpu(), ref_a.half() + ref_b.half())
+    assert torch.equal(f.cpu(), e.cpu())
+    ref_g = (ref_a + ref_b) * torch.add(ref_a, ref_b, alpha=2)
+    assert torch.equal(h.cpu(), ref_g - (ref_a.half() + ref_b.half()).float())
+
+
+def test_upstream_copy_non_blocking_pattern():
+    # test_cuda.py::test_copy_non_blocking: copy, record an event, sync it, compare.
+    def copy_and_check(a, b):
+        event = torch.Event(device="spyre")
+        a.copy_(b, non_blocking=True)
+        event.record()
+        event.synchronize()
+        assert torch.equal(a.cpu(), b.cpu())
+
+    x = torch.ones(100_000, dtype=torch.uint8).to("spyre")
+    y = torch.zeros(100_000, dtype=torch.uint8).pin_memory()
+    copy_and_check(x, y)
+    x = torch.zeros(100_000, dtype=torch.uint8).pin_memory()
+    y = torch.ones(100_000, dtype=torch.uint8).to("spyre")
+    copy_and_check(x, y)
+    copy_and_check(torch.zeros(1000, device="spyre"), torch.ones(1000, device="spyre"))
+
+
+def test_events_order_tensor_work_across_streams():
+    producer, consumer = torch.spyre.Stream(), torch.spyre.Stream()
+    done = torch.Event(device="spyre")
+    with producer, Gate() as gate:
+        gate.block()
+        x = torch.zeros(8, device="spyre")
+        x.fill_(4.0)
+        done.record()
+        with consumer:
+            consumer.wait_event(done)
+            y = torch.empty(8, device="spyre")
+            y.copy_(x)  # D2D on the consumer, after the event
+            assert not done.query()
+            gate.release()
+    consumer.synchronize()
+    assert y.cpu().tolist() == [4.0] * 8
+
+
+def test_autograd_backward():
+    x = torch.tensor([1.0, -2.0, 3.0], device="spyre", requires_grad=True)
+    w = torch.tensor([[0.5, 1.0, -1.0]], device="spyre", requires_grad=True)
+    loss = ((w @ x) ** 2).sum() + x.exp().sum()
+    loss.backward()
+    xc = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    wc = torch.tensor([[0.5, 1.0, -1.0]], requires_grad=True)
+    (((wc @ xc) ** 2).sum() + xc.exp().sum()).backward()
+    assert x.grad.device == SPYRE and w.grad.device == SPYRE
+    assert torch.allclose(x.grad.cpu(), xc.grad) and torch.equal(w.grad.cpu(), wc.grad)
+
+
+def test_local_scalar_and_equality():
+    assert torch.tensor(3.5).to("spyre").item() == 3.5
+    assert torch.tensor([7], dtype=torch.int64).to("spyre").item() == 7
+    assert torch.tensor(True).to("spyre").item() is True
+    assert torch.tensor(1 - 2j).to("spyre").item() == 1 - 2j
+    a = torch.arange(5).to("spyre")
+    assert torch.equal(a, a.clone()) and not torch.equal(a, a + 1)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_copies_with_meta_tensors():
+    dst = torch.full((3,), 5.0, device="spyre")
+    with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor"):
+        dst.copy_(torch.ones(3, device="meta"))
+    assert dst.cpu().tolist() == [5.0] * 3
+    # Into meta is a shape-only operation, as for every device.
+    meta = dst.to("meta")
+    assert meta.device.type == "meta" and meta.shape == (3,)
+
+
+def test_device_work_is_checked_before_it_is_queued():
+    # A failing device operation would leave its stream unusable for good, so
+    # these raise on the host and the stream keeps working.
+    t = torch.zeros(4, dtype=torch.int8, device="spyre")
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):
+        t.fill_(300)
+    with pytest.raises(RuntimeError, match="value cannot be converted to type float without overflow"):
+        torch.zeros(2, device="spyre").fill_(1 + 1j)
+    expanded = torch.zeros(4, device="spyre").expand(3, 4)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        expanded.copy_(torch.ones(3, 4))
+    base = torch.arange(6.0).to("spyre")
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to"):
+        base[1:].copy_(base[:-1])
+    assert (t + 1).cpu().tolist() == [1, 1, 1, 1]
+    assert base.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_unbound_second_device():
+    proc = run_python(
+        """
+        import torch
+        assert torch.spyre.device_count() == 2
+        x = torch.arange(3.0, device="spyre")
+        bound = "bound to spyre:0 but spyre:1 was requested"
+        for attempt in (
+            lambda: torch.empty(3, device="spyre:1"),
+            lambda: x.to("spyre:1"),
+            lambda: torch.ones(2).to("spyre:1"),
+            lambda: torch.randn(2, device="spyre:1"),
+            lambda: torch.accelerator.memory_allocated(1),
+            lambda: torch.accelerator.reset_peak_memory_stats(1),
+            lambda: torch.accelerator.get_memory_info(1),
+        ):
+            try:
+                attempt()
+            except RuntimeError as e:
+                assert bound in str(e), str(e)
+            else:
+                raise AssertionError("no error")
+        torch.spyre.set_device(1)
+        try:
+            torch.ones(2, device="spyre")
+        except RuntimeError as e:
+            assert bound in str(e), str(e)
+        else:
+            raise AssertionError("no error")
+        torch.spyre.set_device(0)
+        assert x.cpu().tolist() == [0.0, 1.0, 2.0]
+        assert torch.accelerator.memory_allocated(0) == 12
+        print("ok")
+        """,
+        env={"AIU_WORLD_SIZE": "2"},
+    )
+    assert proc.stdout.strip() == "ok"
+
+
+def test_out_of_memory_names_sizes_and_leaves_nothing_half_written():
+    proc = run_python(
+        """
+        import torch
+        x = torch.arange(100.0, device="spyre")  # 400 of 1000 bytes
+        def expect_oom(attempt):
+            try:
+                attempt()
+            except torch.OutOfMemoryError as e:
+                return str(e)
+            raise AssertionError("no error")
+        message = expect_oom(lambda: torch.empty(1000, device="spyre"))
+        assert "Spyre out of memory on spyre:0: tried to allocate 4000 bytes" in message, message
+        assert "1000 bytes in total, 600 free" in message, message
+        assert "PyTorch holds 400 bytes in tensors" in message, message
+        expect_oom(lambda: x.resize_(1000))
+        assert x.shape == (100,) and x.cpu().tolist() == [float(i) for i in range(100)]
+        expect_oom(lambda: x.untyped_storage().resize_(4000))
+        assert x.untyped_storage().nbytes() == 400
+        expect_oom(lambda: torch.ones(1000).to("spyre"))
+        out = torch.empty(0, device="spyre")
+        expect_oom(lambda: torch.cat([x, x, x], out=out))  # the fallback resizes `out`
+        assert out.shape == (0,)
+        assert torch.accelerator.memory_allocated() == 400
+        stats = torch.accelerator.memory_stats()
+        assert stats["num_ooms"] == 5, stats["num_ooms"]
+        assert isinstance(torch.OutOfMemoryError("x"), RuntimeError)
+        y = torch.ones(100, device="spyre")  # the device still works
+        assert (x[:10] + y[:10]).cpu().tolist() == [float(i + 1) for i in range(10)]
+        print("ok")
+        """,
+        env={"FLEX_STUB_MEMORY_BYTES": "1000"},
+    )
+    assert proc.stdout.strip() == "ok"
+
+
+def test_allocation_waits_for_stream_ordered_frees_before_reporting_oom():
+    proc = run_python(
+        """
+        import torch
+        s = torch.spyre.Stream()
+        a = torch.ones(200, device="spyre")  # 800 of 1000 bytes
+        with s:
+            torch.spyre._sleep(500)
+        a.record_stream(s)
+        del a  # still reserved: s has work queued
+        assert torch.accelerator.memory_reserved() == 800
+        b = torch.zeros(200, device="spyre")  # fits once s has run
+        stats = torch.accelerator.memory_stats()
+        assert stats["num_alloc_retries"] == 1 and stats["num_ooms"] == 0, stats
+        assert b.cpu().tolist() == [0.0] * 200
+        print("ok")
+        """,
+        env={"FLEX_STUB_MEMORY_BYTES": "1000"},
+    )
+    assert proc.stdout.strip() == "ok"
+
+
+def test_block_queued_on_a_failing_stream_is_still_returned():
+    # The stub discards the queue of a stream whose operation fails; the free
+    # marker in it must still hand the block back.
+    proc = run_python(
+        """
+        import time, torch
+        from torch_spyre.testing import Gate
+        s = torch.spyre.Stream()
+        t = torch.empty(256, device="spyre")  # launches nothing
+        gate = Gate()
+        # The runtime's first operation check passes and parks at the gate; the
+        # second (on release) fails (FLEX_STUB_FAULT_AFTER=1).
+        gate.block(s)
+        t.record_stream(s)
+        del t
+        assert torch.accelerator.memory_reserved() == 1024
+        gate.release()
+        try:
+            s.synchronize()
+        except RuntimeError as e:
+            assert "injected fault" in str(e), str(e)
+        else:
+            raise AssertionError("no fault")
+        deadline = time.monotonic() + 10
+        while torch.accelerator.memory_reserved() != 0:
+            assert time.monotonic() < deadline, torch.accelerator.memory_reserved()
+            time.sleep(0.01)
+        print("ok")
+        """,
+        env={"FLEX_STUB_FAULT_AFTER": "1"},
+    )
+    assert proc.stdout.strip() == "ok"
