@@ -9,7 +9,7 @@
 # Environment:
 #   STRESS_THREADS   threads of the stress mix            (default 8)
 #   STRESS_OPS       operations per thread, plain build   (default 100000)
-#   STRESS_SAN_OPS   operations per thread, sanitizers    (default 25000)
+#   STRESS_SAN_OPS   operations per thread, sanitizers    (default 100000)
 #   BUILD_DIR        objects and binaries                 (default build/stress)
 #   JOBS             parallel compiles                    (default 2)
 #
@@ -22,7 +22,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 THREADS=${STRESS_THREADS:-8}
 OPS=${STRESS_OPS:-100000}
-SAN_OPS=${STRESS_SAN_OPS:-25000}
+SAN_OPS=${STRESS_SAN_OPS:-100000}
 BUILD_DIR=${BUILD_DIR:-build/stress}
 JOBS=${JOBS:-2}
 VARIANTS=("$@")
