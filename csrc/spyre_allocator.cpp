@@ -67,6 +67,7 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
       if (!waitForPendingFrees()) {
         throwOutOfMemory(device, nbytes, first_failure);
       }
+      parkIfExiting();  // woken because the process exits: do not return
       try {
         ptr = runtimeContext()->allocate(nbytes);
       } catch (const flex::OutOfMemoryError& second_failure) {

@@ -81,7 +81,8 @@ inline c10::DeviceIndex ensureDevice(c10::DeviceIndex index) {
 c10::DeviceIndex boundDevice();
 
 // Process exit. A thread blocked in a runtime wait (stream, device or event
-// synchronize) can be woken while the process is exiting: by the flex
+// synchronize; the allocator's wait for pending frees) can be woken while the
+// process is exiting: by the flex
 // runtime's shutdown at exit(), or during interpreter finalization when a
 // finalized object releases what it waited for. Such a thread must not return
 // to its caller: a Python daemon thread would re-take the GIL of a finalizing

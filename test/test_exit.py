@@ -127,10 +127,32 @@ SCENARIOS = {
 }
 
 
+# Environment per scenario (default: none).
+SCENARIO_ENV = {
+    # 4 KiB of device memory: the daemon's allocation runs out and waits for
+    # a stream-ordered free held behind a gate; finalization releases the gate.
+    "daemon-thread-waiting-for-pending-frees": {"FLEX_STUB_MEMORY_BYTES": "4096"},
+}
+SCENARIOS["daemon-thread-waiting-for-pending-frees"] = """
+        s = torch.spyre.Stream()
+        with s:
+            a = torch.empty(512, device="spyre")        # 2 KiB, allocated on s
+        gate = Gate()
+        gate.block(s)
+        with s:
+            torch.spyre._sleep(1)
+        del a                                           # its free waits behind the gate
+        t = threading.Thread(target=lambda: torch.empty(768, device="spyre"), daemon=True)
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive()                             # in the allocator's wait for frees
+"""
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_exit_is_clean_and_quick(name):
     proc = run_python(PRELUDE + SCENARIOS[name].replace("\n        ", "\n") + EPILOGUE, timeout=120,
-                      check=False)
+                      env=SCENARIO_ENV.get(name), check=False)
     exited = time.monotonic()
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
     exit_seconds = exited - float(proc.stdout.split()[-1])
