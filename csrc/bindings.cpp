@@ -2,6 +2,7 @@
 // torch/extension.h (it alone costs ~20 s to compile). Streams cross the
 // boundary as (stream_id, device_index) pairs; torch_spyre wraps them in
 // torch.Stream subclasses.
+#include <ATen/core/CachingHostAllocator.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
@@ -100,6 +101,47 @@ void bindGenerators(py::module_& m) {
   });
 }
 
+py::dict statDict(const c10::CachingAllocator::Stat& stat) {
+  py::dict result;
+  result["current"] = stat.current;
+  result["peak"] = stat.peak;
+  result["allocated"] = stat.allocated;
+  result["freed"] = stat.freed;
+  return result;
+}
+
+py::dict durationDict(const c10::CachingAllocator::DurationStat& stat) {
+  py::dict result;
+  result["total"] = stat.total;
+  result["max"] = stat.max;
+  result["min"] = stat.min;
+  result["count"] = stat.count;
+  result["avg"] = stat.count == 0 ? 0 : stat.total / stat.count;
+  return result;
+}
+
+// The pinned host allocator's statistics, with torch.cuda.host_memory_stats' keys.
+void bindHostMemory(py::module_& m) {
+  m.def("_host_memory_stats", [] {
+    const at::HostStats stats = at::getHostAllocator(c10::DeviceType::PrivateUse1)->get_stats();
+    py::dict result;
+    result["allocations"] = statDict(stats.allocations);
+    result["allocated_bytes"] = statDict(stats.allocated_bytes);
+    result["active_requests"] = statDict(stats.active_requests);
+    result["active_bytes"] = statDict(stats.active_bytes);
+    result["num_host_alloc"] = stats.num_host_alloc;
+    result["num_host_free"] = stats.num_host_free;
+    result["host_alloc_time"] = durationDict(stats.host_alloc_time);
+    result["host_free_time"] = durationDict(stats.host_free_time);
+    return result;
+  });
+  m.def("_host_reset_accumulated_stats", [] {
+    at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_accumulated_stats();
+  });
+  m.def("_host_reset_peak_stats",
+        [] { at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_peak_stats(); });
+}
+
 void bindTesting(py::module_& m) {
   py::class_<flex::test::Gate>(m, "_Gate")
       .def(py::init<>())
@@ -154,5 +196,6 @@ PYBIND11_MODULE(_C, m) {
   spyre::bindEvents(m);
   spyre::bindErrors(m);
   spyre::bindGenerators(m);
+  spyre::bindHostMemory(m);
   spyre::bindTesting(m);
 }

@@ -1,93 +1,41 @@
 #include "spyre_allocator.h"
 
 #include <algorithm>
-#include <condition_variable>
+#include <chrono>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <set>
-#include <vector>
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 
+#include "spyre_caching_allocator.h"
 #include "spyre_runtime.h"
 
 namespace spyre {
 namespace {
 
-using c10::CachingAllocator::Stat;
-using c10::CachingAllocator::StatArray;
-using c10::CachingAllocator::StatType;
-using c10::CachingDeviceAllocator::DeviceStats;
-
-// CUDA's boundary between its small and large pools; the stats report each
-// block in the aggregate and in the pool its size would use there.
-constexpr size_t kSmallBlockBytes = 1 << 20;
-
-// One device allocation and the streams that may still use it.
-struct Block {
-  void* ptr;
-  size_t size;
-  c10::DeviceIndex device;
-  c10::StreamId allocation_stream;
-  std::vector<c10::StreamId> recorded_streams;  // guarded by the allocator mutex
-  uint64_t free_ticket = 0;                     // set when the host frees it
-};
-
-void increase(StatArray& stats, size_t block_size, size_t amount) {
-  const auto pool = block_size <= kSmallBlockBytes ? StatType::SMALL_POOL : StatType::LARGE_POOL;
-  stats[static_cast<size_t>(StatType::AGGREGATE)].increase(amount);
-  stats[static_cast<size_t>(pool)].increase(amount);
-}
-void decrease(StatArray& stats, size_t block_size, size_t amount) {
-  const auto pool = block_size <= kSmallBlockBytes ? StatType::SMALL_POOL : StatType::LARGE_POOL;
-  stats[static_cast<size_t>(StatType::AGGREGATE)].decrease(amount);
-  stats[static_cast<size_t>(pool)].decrease(amount);
+// Leaked on purpose: tensors may be freed by other static destructors.
+DeviceCachingAllocator& theBlockPools() {
+  static auto* pools = new DeviceCachingAllocator();
+  return *pools;
 }
 
-class SpyreDeviceAllocator;
-SpyreDeviceAllocator& theDeviceAllocator();
+void freeDeviceBlock(void* context) {
+  theBlockPools().free(static_cast<DeviceBlock*>(context));
+}
 
 class SpyreDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex device = ensureDevice(-1);
+    const c10::Device where(c10::DeviceType::PrivateUse1, device);
     if (nbytes == 0) {
-      // As CUDA: no memory, no stats, nothing to free.
-      return {nullptr, nullptr, nullptr, c10::Device(c10::DeviceType::PrivateUse1, device)};
+      return {nullptr, nullptr, nullptr, where};  // as CUDA: no memory, no stats
     }
-    void* ptr = nullptr;
-    try {
-      ptr = runtimeContext()->allocate(nbytes);
-    } catch (const flex::OutOfMemoryError& first_failure) {
-      // Blocks freed on the host may still be waiting for stream work: wait
-      // for those (as CUDA's allocator does before giving up) and try again.
-      if (!waitForPendingFrees()) {
-        throwOutOfMemory(device, nbytes, first_failure);
-      }
-      parkIfExiting();  // woken because the process exits: do not return
-      try {
-        ptr = runtimeContext()->allocate(nbytes);
-      } catch (const flex::OutOfMemoryError& second_failure) {
-        throwOutOfMemory(device, nbytes, second_failure);
-      }
-    }
-    auto* block = new Block{ptr, nbytes, device, getCurrentStream(device).id(), {}};
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      // Nothing is cached: every allocation is its own segment.
-      increase(stats_.allocation, nbytes, 1);
-      increase(stats_.segment, nbytes, 1);
-      increase(stats_.active, nbytes, 1);
-      increase(stats_.allocated_bytes, nbytes, nbytes);
-      increase(stats_.reserved_bytes, nbytes, nbytes);
-      increase(stats_.active_bytes, nbytes, nbytes);
-      increase(stats_.requested_bytes, nbytes, nbytes);
-      ++stats_.num_device_alloc;
-    }
-    return {ptr, block, &deleteBlock, c10::Device(c10::DeviceType::PrivateUse1, device)};
+    runtimeContext();  // raises after free_runtime(), even when the cache could serve
+    DeviceBlock* block = theBlockPools().malloc(nbytes, device);
+    return {block->ptr, block, &freeDeviceBlock, where};
   }
 
   // copy_data is synchronous by contract: a D2D on the current stream, waited for.
@@ -102,7 +50,7 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
   }
 
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
-    // Nothing is cached: freed blocks go back to the runtime.
+    theBlockPools().emptyCache();
   }
 
   void recordStream(const c10::DataPtr& data_ptr, c10::Stream stream) override {
@@ -111,30 +59,19 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
 
   // The stats are those of the device this process is bound to; asking for
   // another device raises (ensureDevice names both).
-  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     ensureDevice(device);
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+    return theBlockPools().stats();
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     ensureDevice(device);
-    std::lock_guard<std::mutex> lock(mutex_);
-    forEachStatArray([](StatArray& stats) {
-      for (Stat& stat : stats) stat.reset_accumulated();
-    });
-    stats_.num_alloc_retries = 0;
-    stats_.num_ooms = 0;
-    stats_.num_device_alloc = 0;
-    stats_.num_device_free = 0;
+    theBlockPools().resetAccumulatedStats();
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
     ensureDevice(device);
-    std::lock_guard<std::mutex> lock(mutex_);
-    forEachStatArray([](StatArray& stats) {
-      for (Stat& stat : stats) stat.reset_peak();
-    });
+    theBlockPools().resetPeakStats();
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
@@ -142,184 +79,87 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
     const flex::MemoryStats stats = runtimeContext()->memoryStats();
     return {stats.total_bytes - stats.allocated_bytes, stats.total_bytes};
   }
-
-  void record(Block* block, c10::StreamId stream) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& recorded = block->recorded_streams;
-    if (stream != block->allocation_stream &&
-        std::find(recorded.begin(), recorded.end(), stream) == recorded.end()) {
-      recorded.push_back(stream);
-    }
-  }
-
-  static void deleteBlock(void* context);
-
- private:
-  template <typename F>
-  void forEachStatArray(F f) {
-    for (StatArray* stats : {&stats_.allocation, &stats_.segment, &stats_.active,
-                             &stats_.allocated_bytes, &stats_.reserved_bytes,
-                             &stats_.active_bytes, &stats_.requested_bytes}) {
-      f(*stats);
-    }
-  }
-
-  [[noreturn]] void throwOutOfMemory(c10::DeviceIndex device, size_t nbytes,
-                                     const flex::OutOfMemoryError& error) {
-    int64_t allocated = 0;
-    int64_t reserved = 0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++stats_.num_ooms;
-      allocated = stats_.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
-      reserved = stats_.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
-    }
-    const flex::MemoryStats device_stats = runtimeContext()->memoryStats();
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "Spyre out of memory on spyre:",
-                     static_cast<int>(device), ": tried to allocate ", nbytes,
-                     " bytes; the device has ", device_stats.total_bytes, " bytes in total, ",
-                     device_stats.total_bytes - device_stats.allocated_bytes,
-                     " free; PyTorch holds ", allocated, " bytes in tensors and ", reserved,
-                     " bytes reserved (tensors plus freed blocks streams still use). Runtime: ",
-                     error.what());
-  }
-
-  // Waits until every block the host freed before the call has been returned
-  // to the runtime. False (at once) if none was pending.
-  bool waitForPendingFrees() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (pending_frees_.empty()) {
-      return false;
-    }
-    const uint64_t freed_before = next_free_ticket_;
-    frees_done_.wait(lock, [&] {
-      return pending_frees_.empty() || *pending_frees_.begin() >= freed_before;
-    });
-    ++stats_.num_alloc_retries;
-    return true;
-  }
-
-  // The host let go of the block: it no longer counts as allocated. It stays
-  // active and reserved until every stream that used it is done with it.
-  std::vector<c10::StreamId> releaseFromHost(Block* block) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    decrease(stats_.allocation, block->size, 1);
-    decrease(stats_.allocated_bytes, block->size, block->size);
-    decrease(stats_.requested_bytes, block->size, block->size);
-    block->free_ticket = next_free_ticket_++;
-    pending_frees_.insert(block->free_ticket);
-    std::vector<c10::StreamId> streams = std::move(block->recorded_streams);
-    streams.push_back(block->allocation_stream);
-    return streams;
-  }
-
-  // Every stream that used the block has passed the free point.
-  void returnToRuntime(Block* block) noexcept {
-    try {
-      if (flex::RuntimeContext* context = flex::RuntimeContext::get()) {
-        context->deallocate(block->ptr);
-      }
-    } catch (...) {
-      // A forked child or a torn-down runtime: the memory goes with the process.
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      decrease(stats_.active, block->size, 1);
-      decrease(stats_.active_bytes, block->size, block->size);
-      decrease(stats_.segment, block->size, 1);
-      decrease(stats_.reserved_bytes, block->size, block->size);
-      ++stats_.num_device_free;
-      pending_frees_.erase(block->free_ticket);
-    }
-    frees_done_.notify_all();
-    delete block;
-  }
-
-  // Hands the block back to the runtime when destroyed: shared by the host
-  // and by a marker on each stream that still has work queued.
-  struct PendingFree {
-    explicit PendingFree(Block* freed) : block(freed) {}
-    PendingFree(const PendingFree&) = delete;
-    PendingFree& operator=(const PendingFree&) = delete;
-    ~PendingFree() { theDeviceAllocator().returnToRuntime(block); }
-    Block* block;
-  };
-
-  std::mutex mutex_;
-  DeviceStats stats_;
-  // Tickets of blocks freed by the host and not yet returned, in free order.
-  std::set<uint64_t> pending_frees_;
-  uint64_t next_free_ticket_ = 0;
-  std::condition_variable frees_done_;
 };
 
-// Leaked on purpose: tensors may be freed by other static destructors.
 SpyreDeviceAllocator& theDeviceAllocator() {
   static auto* allocator = new SpyreDeviceAllocator();
   return *allocator;
 }
 
-void SpyreDeviceAllocator::deleteBlock(void* context) {
-  auto* block = static_cast<Block*>(context);
-  const std::vector<c10::StreamId> streams = theDeviceAllocator().releaseFromHost(block);
-  auto pending = std::make_shared<PendingFree>(block);
-  for (c10::StreamId id : streams) {
-    try {
-      const SpyreStream stream(c10::Stream(
-          c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, block->device), id));
-      flex::RuntimeStream* handle = stream.resolveRuntimeHandle();
-      if (handle->launchedOps() == handle->completedOps()) {
-        continue;  // idle: nothing launched so far can still touch the block
-      }
-      // The marker holds a reference until the stream destroys it: after it
-      // ran in stream order, or when a failed stream discards its queue (that
-      // work will never touch the block).
-      stream.launchHostCallback([pending] {}, "free");
-    } catch (...) {
-      // Failed stream or runtime shut down: its work is gone.
-    }
-  }
-}
+// Pinned host memory: ATen's caching host allocator over the runtime's pinned
+// blocks. A block used by device work (record_event) goes back to the free
+// list only when events recorded at free time on those streams completed.
+using HostEvent = std::unique_ptr<flex::RuntimeEvent>;
 
-class SpyreHostAllocator final : public at::HostAllocator {
- public:
-  c10::DataPtr allocate(size_t nbytes) override {
-    void* ptr = nbytes == 0 ? nullptr : runtimeContext()->allocatePinned(nbytes);
-    return {ptr, ptr, &deletePinned, c10::Device(c10::DeviceType::CPU)};
-  }
-
-  static void deletePinned(void* ptr) {
-    if (ptr == nullptr) {
-      return;
-    }
-    try {
-      if (flex::RuntimeContext* context = flex::RuntimeContext::get()) {
-        context->deallocatePinned(ptr);
-      }
-    } catch (...) {
-    }
-  }
-
+struct PinnedBlockPools final : public at::CachingHostAllocatorImpl<c10::Stream, HostEvent> {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
 
-  // Pinned blocks are not cached, and copies keep their host buffer alive until
-  // the copy has run, so a freed block can never be reused too early.
-  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override {
-    return true;
+ private:
+  void allocate_host_memory(size_t size, void** ptr) override {
+    const auto start = std::chrono::steady_clock::now();
+    *ptr = runtimeContext()->allocatePinned(size);
+    recordMicroseconds(stats_.host_alloc_time, start);
   }
-  void empty_cache() override {}
-  at::HostStats get_stats() override {
-    return {};
+
+  void free_block(at::HostBlock<c10::Stream>* block) override {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      if (flex::RuntimeContext* context = flex::RuntimeContext::get()) {
+        context->deallocatePinned(block->ptr_);
+      }
+    } catch (...) {
+      // A forked child or a torn-down runtime: the memory goes with the process.
+    }
+    recordMicroseconds(stats_.host_free_time, start);
   }
-  void reset_accumulated_stats() override {}
-  void reset_peak_stats() override {}
+
+  void recordMicroseconds(c10::CachingAllocator::DurationStat& stat,
+                          std::chrono::steady_clock::time_point start) {
+    const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - start);
+    std::lock_guard<std::mutex> lock(stats_.timing_mutex_);
+    stat.increase(elapsed.count());
+  }
+
+  // Runs in a deleter: must not throw. An event that cannot be recorded (the
+  // stream failed and dropped its work, or the runtime is gone) stays
+  // unrecorded, which counts as complete.
+  void record_stream(std::optional<std::vector<HostEvent>>& events, c10::Stream stream) override {
+    auto event = std::make_unique<flex::RuntimeEvent>();
+    try {
+      event->record(SpyreStream(stream).resolveRuntimeHandle());
+    } catch (...) {
+    }
+    events->push_back(std::move(event));
+  }
+
+  bool query_event(HostEvent& event) override {
+    return event->query();
+  }
+
+  c10::Stream get_current_stream() const override {
+    return getCurrentStream(-1);
+  }
+
+  bool stream_is_capturing(c10::Stream /*stream*/) const override {
+    return false;  // spyre has no graph capture
+  }
 };
+
+void freePinnedBlock(void* context);
+
+struct SpyreHostAllocator final
+    : public at::CachingHostAllocatorInterface<PinnedBlockPools, freePinnedBlock> {};
 
 SpyreHostAllocator& theHostAllocator() {
   static auto* allocator = new SpyreHostAllocator();
   return *allocator;
+}
+
+void freePinnedBlock(void* context) {
+  theHostAllocator().free(context);
 }
 
 // Registered when _C is loaded. Without a host allocator,
@@ -337,10 +177,14 @@ c10::Allocator* deviceAllocator() {
 }
 
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
-  if (data_ptr.get_deleter() != &SpyreDeviceAllocator::deleteBlock) {
+  if (data_ptr.get_deleter() != &freeDeviceBlock) {
     return;
   }
-  theDeviceAllocator().record(static_cast<Block*>(data_ptr.get_context()), stream.id());
+  theBlockPools().recordStream(static_cast<DeviceBlock*>(data_ptr.get_context()), stream.id());
+}
+
+bool recordPinnedUse(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
+  return theHostAllocator().record_event(data_ptr.get(), data_ptr.get_context(), stream);
 }
 
 void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes) {

@@ -1,9 +1,10 @@
-// Device and pinned-host memory for spyre tensors.
+// Device and pinned-host memory for spyre tensors (docs/tensors.md).
 //
-// Device memory comes from the flex runtime (RuntimeContext::allocate). Frees
-// are stream-ordered: a block freed on the host while its allocation stream, or
-// any stream it was recorded on (recordStream), still has work queued is handed
-// back to the runtime only after that work has finished.
+// Both allocators cache. Device blocks come from the stream-aware block pools
+// of spyre_caching_allocator.h; pinned host blocks from ATen's caching host
+// allocator over the runtime's pinned memory. A block used by device work on a
+// stream other than its allocation stream (recordStream / recordPinnedUse) is
+// reused only after that work has finished.
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -19,6 +20,9 @@ c10::Allocator* deviceAllocator();
 // Keep the block behind `data_ptr` from being reused until the work launched
 // on `stream` so far has finished. Ignores pointers this allocator did not make.
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream);
+// The same for a pinned host block named by work on `stream`. False when the
+// pinned host allocator did not make it (the caller must keep it alive).
+bool recordPinnedUse(const c10::DataPtr& data_ptr, const SpyreStream& stream);
 // Give `storage` a new block of `new_bytes`, its old bytes copied over in
 // stream order on the current stream (no host synchronization). On
 // out-of-memory the storage is left unchanged.

@@ -140,19 +140,26 @@ bool hostIsPinned(const at::Tensor& host) {
   return isPinnedPtr(host.storage().data());
 }
 
-// `dst` (spyre) <- `src`, on `stream`. Keeps both tensors alive until the
-// work has run, and records dst's block on the stream so it is not freed early.
+// `dst` <- `src`, on `stream`. Device blocks are recorded on the stream. A
+// pinned host block is recorded with the host allocator, as CUDA does, so it is
+// not reused before the copy ran; other host memory is kept alive by the copy.
 void launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst) {
   const size_t nbytes = dst.numel() * dst.element_size();
   if (nbytes == 0) {
     return;
   }
   if (isDmaCompatible(src, dst)) {
-    auto keep_alive = [src, dst] {};
+    std::function<void()> keep_alive;
+    if (src.is_cpu() || dst.is_cpu()) {
+      const at::Tensor& host = src.is_cpu() ? src : dst;
+      if (!recordPinnedUse(host.storage().data_ptr(), stream)) {
+        keep_alive = [host] {};
+      }
+    }
     if (src.is_cpu()) {
-      stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, keep_alive);
+      stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else if (dst.is_cpu()) {
-      stream.launchD2H(src.const_data_ptr(), dst.data_ptr(), nbytes, keep_alive);
+      stream.launchD2H(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else {
       stream.launchD2D(src.const_data_ptr(), dst.data_ptr(), nbytes);
     }

@@ -41,6 +41,11 @@ from .errors import (  # noqa: F401
     stream_get_error_string,
 )
 from .events import Event  # noqa: F401
+from .memory import (  # noqa: F401
+    host_memory_stats,
+    reset_accumulated_host_memory_stats,
+    reset_peak_host_memory_stats,
+)
 from .random import (  # noqa: F401
     get_rng_state,
     initial_seed,

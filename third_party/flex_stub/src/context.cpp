@@ -22,6 +22,8 @@ detail::SchedulerConfig schedulerConfigFromEnv() {
       detail::envInt("FLEX_STUB_ENGINES", /*unlimited*/ INT64_MAX, 1, INT64_MAX));
   // 1 GB/s is 1e9 bytes per second: one byte per nanosecond.
   config.dma_bytes_per_ns = detail::envPositiveDouble("FLEX_STUB_DMA_GBPS").value_or(0);
+  config.dma_engines = static_cast<size_t>(detail::envInt(
+      "FLEX_STUB_DMA_ENGINES", static_cast<int64_t>(detail::availableCores()), 1, 1024));
   config.fault_after = detail::envInt("FLEX_STUB_FAULT_AFTER", -1, 0, INT64_MAX);
   return config;
 }

@@ -7,7 +7,7 @@
 //      synchronize()/query() stop waiting.
 //   2. The scheduler stops: the operation running on each engine finishes
 //      (delays and DMA pacing are cut short; parked waits hold no engine),
-//      then every engine thread is joined.
+//      then every engine thread is joined, then the DMA workers.
 //   3. Queued operations are abandoned (counted complete; event records among
 //      them complete so host waits return).
 //   4. The trace requested by FLEX_STUB_TRACE is written.

@@ -25,25 +25,22 @@ int64_t recordTimestampNs() {
   return now;
 }
 
-void copyPieces(const DevSpan& span, char* host, bool to_device) {
+// The ranges of a host <-> device copy: the host buffer is contiguous.
+std::vector<CopyRange> transferRanges(const DevSpan& span, char* host, bool to_device) {
+  std::vector<CopyRange> ranges;
   span.forEach([&](const DevPiece& piece) {
-    if (to_device) {
-      std::memcpy(piece.ptr, host, piece.size);
-    } else {
-      std::memcpy(host, piece.ptr, piece.size);
-    }
+    ranges.push_back(to_device ? CopyRange{piece.ptr, host, piece.size}
+                               : CopyRange{host, piece.ptr, piece.size});
     host += piece.size;
   });
+  return ranges;
 }
 
 // Walks both spans in step: their piece boundaries need not line up.
-void copyDeviceToDevice(const DevSpan& dst, const DevSpan& src) {
-  if (dst.rest.empty() && src.rest.empty()) {
-    std::memmove(dst.first.ptr, src.first.ptr, dst.first.size);
-    return;
-  }
+std::vector<CopyRange> deviceToDeviceRanges(const DevSpan& dst, const DevSpan& src) {
   std::vector<DevPiece> sources;
   src.forEach([&](const DevPiece& piece) { sources.push_back(piece); });
+  std::vector<CopyRange> ranges;
   size_t index = 0;
   size_t consumed = 0;  // bytes already taken from sources[index]
   dst.forEach([&](const DevPiece& piece) {
@@ -51,7 +48,7 @@ void copyDeviceToDevice(const DevSpan& dst, const DevSpan& src) {
     while (written < piece.size) {
       const DevPiece& from = sources[index];
       const size_t length = std::min(piece.size - written, from.size - consumed);
-      std::memmove(piece.ptr + written, from.ptr + consumed, length);
+      ranges.push_back({piece.ptr + written, from.ptr + consumed, length});
       written += length;
       consumed += length;
       if (consumed == from.size) {
@@ -60,6 +57,29 @@ void copyDeviceToDevice(const DevSpan& dst, const DevSpan& src) {
       }
     }
   });
+  return ranges;
+}
+
+bool overlaps(const DevSpan& a, const DevSpan& b) {
+  bool any = false;
+  a.forEach([&](const DevPiece& x) {
+    b.forEach([&](const DevPiece& y) {
+      any = any || (x.ptr < y.ptr + y.size && y.ptr < x.ptr + x.size);
+    });
+  });
+  return any;
+}
+
+void copyDeviceToDevice(const DevSpan& dst, const DevSpan& src, DmaEngines& dma) {
+  if (overlaps(dst, src)) {
+    // A copy within one allocation (a tensor shifted inside its storage)
+    // cannot be split: memmove each range, in order, on this engine.
+    for (const CopyRange& range : deviceToDeviceRanges(dst, src)) {
+      std::memmove(range.dst, range.src, range.size);
+    }
+    return;
+  }
+  dma.copy(deviceToDeviceRanges(dst, src));
 }
 
 void fill(const DevSpan& span, const FillElement& element) {
@@ -80,7 +100,7 @@ void fill(const DevSpan& span, const FillElement& element) {
 
 void transfer(Op& op, Scheduler& scheduler) {
   const Clock::time_point start = Clock::now();
-  copyPieces(op.dev, static_cast<char*>(op.host), op.kind == OpKind::H2D);
+  scheduler.dma().copy(transferRanges(op.dev, static_cast<char*>(op.host), op.kind == OpKind::H2D));
   const double rate = scheduler.config().dma_bytes_per_ns;
   if (rate > 0) {
     scheduler.sleepUntil(start + std::chrono::nanoseconds(static_cast<int64_t>(op.bytes / rate)));
@@ -95,7 +115,7 @@ bool executeOp(Op& op, Scheduler& scheduler, std::string& error) {
     switch (op.kind) {
       case OpKind::H2D:
       case OpKind::D2H: transfer(op, scheduler); break;
-      case OpKind::D2D: copyDeviceToDevice(op.dev, op.dev_src); break;
+      case OpKind::D2D: copyDeviceToDevice(op.dev, op.dev_src, scheduler.dma()); break;
       case OpKind::Fill: fill(op.dev, op.fill); break;
       case OpKind::Compute:
       case OpKind::HostCallback: op.fn(); break;

@@ -29,7 +29,8 @@ bool isWait(OpKind kind) { return kind == OpKind::EventWait || kind == OpKind::G
 
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerConfig& config) : config_(config) {}
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config), dma_(config.dma_engines) {}
 
 void Scheduler::pushReadyLocked(RuntimeStream::Impl* stream) {
   const int index = priorityIndex(stream->priority);
@@ -240,6 +241,7 @@ void Scheduler::stop() {
       thread->join();
     }
   }
+  dma_.stop();  // after the engines: a running copy may still use the workers
 }
 
 }  // namespace flex::detail

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "clock.hpp"
+#include "dma.hpp"
 #include "flex/flex.hpp"
 #include "op.hpp"
 #include "ring.hpp"
@@ -22,6 +23,7 @@ namespace flex::detail {
 struct SchedulerConfig {
   size_t max_engines = SIZE_MAX;   // FLEX_STUB_ENGINES
   double dma_bytes_per_ns = 0;     // FLEX_STUB_DMA_GBPS (1 GB/s == 1 byte/ns); 0: memcpy speed
+  size_t dma_engines = 1;          // FLEX_STUB_DMA_ENGINES: threads sharing one large copy
   int64_t fault_after = -1;        // FLEX_STUB_FAULT_AFTER; -1: off
 };
 
@@ -40,9 +42,10 @@ class Scheduler {
   // Sleeps until `deadline`; stop() cuts the sleep short.
   void sleepUntil(Clock::time_point deadline);
   const SchedulerConfig& config() const { return config_; }
+  DmaEngines& dma() { return dma_; }
 
-  // Shutdown: running operations finish, engines exit and are joined. Queued
-  // work stays queued (the caller abandons it).
+  // Shutdown: running operations finish, engines exit and are joined, then
+  // the DMA workers. Queued work stays queued (the caller abandons it).
   void stop();
 
  private:
@@ -75,6 +78,7 @@ class Scheduler {
   void startEngineLocked();
 
   const SchedulerConfig config_;
+  DmaEngines dma_;
   std::atomic<int64_t> executed_ops_{0};  // for FLEX_STUB_FAULT_AFTER
   std::atomic<bool> stopping_{false};
 

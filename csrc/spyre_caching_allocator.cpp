@@ -1,0 +1,389 @@
+#include "spyre_caching_allocator.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+
+#include <c10/util/Exception.h>
+
+#include "spyre_runtime.h"
+
+namespace spyre {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatArray;
+using c10::CachingAllocator::StatType;
+
+namespace {
+
+constexpr size_t kMinBlockSize = 512;             // every request is rounded up to this
+constexpr size_t kSmallSize = size_t{1} << 20;    // largest request of the small pool
+constexpr size_t kSmallBuffer = size_t{2} << 20;  // small pool segments
+constexpr size_t kMinLargeAlloc = size_t{10} << 20;  // below this, large segments are 20 MiB
+constexpr size_t kLargeBuffer = size_t{20} << 20;
+constexpr size_t kRoundLarge = size_t{2} << 20;  // larger segments round up to this
+// Past this a request cannot be rounded without overflowing size_t.
+constexpr size_t kLargestRequest = SIZE_MAX / 2;
+
+size_t roundSize(size_t nbytes) {
+  return nbytes < kMinBlockSize ? kMinBlockSize
+                                : kMinBlockSize * ((nbytes + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t segmentSize(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+// Adds `delta` to the aggregate stat and to the block's pool stat.
+void change(StatArray& stats, bool small, int64_t delta) {
+  for (const StatType type : {StatType::AGGREGATE, small ? StatType::SMALL_POOL
+                                                         : StatType::LARGE_POOL}) {
+    Stat& stat = stats[static_cast<size_t>(type)];
+    if (delta >= 0) {
+      stat.increase(static_cast<size_t>(delta));
+    } else {
+      stat.decrease(static_cast<size_t>(-delta));
+    }
+  }
+}
+
+template <typename F>
+void forEachStatArray(c10::CachingDeviceAllocator::DeviceStats& stats, F f) {
+  for (StatArray* array :
+       {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
+        &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+        &stats.inactive_split_bytes, &stats.requested_bytes}) {
+    for (Stat& stat : *array) f(stat);
+  }
+}
+
+}  // namespace
+
+bool DeviceCachingAllocator::BySize::operator()(const DeviceBlock* a, const DeviceBlock* b) const {
+  if (a->stream != b->stream) return a->stream < b->stream;
+  if (a->size != b->size) return a->size < b->size;
+  return std::less<const char*>()(a->ptr, b->ptr);
+}
+
+flex::RuntimeStream* DeviceCachingAllocator::handleLocked(c10::StreamId stream,
+                                                          c10::DeviceIndex device) {
+  TORCH_CHECK(stream >= 0 && stream < kNumPoolStreamIds, "spyre allocator: stream id ", stream,
+              " is not a pool stream id (0-", kNumPoolStreamIds - 1, ")");
+  flex::RuntimeStream*& handle = handles_[static_cast<size_t>(stream)];
+  if (handle == nullptr) {
+    handle = SpyreStream(c10::Stream(c10::Stream::UNSAFE,
+                                     c10::Device(c10::DeviceType::PrivateUse1, device), stream))
+                 .resolveRuntimeHandle();
+  }
+  return handle;
+}
+
+DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex device) {
+  const c10::StreamId stream = getCurrentStream(device).id();
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (nbytes > kLargestRequest) {
+    throwOutOfMemory(lock, device, nbytes, 0, "the request is larger than any segment");
+  }
+  const size_t size = roundSize(nbytes);
+  const size_t segment_bytes = segmentSize(size);
+  Pool& pool = size <= kSmallSize ? small_pool_ : large_pool_;
+  handleLocked(stream, device);  // free() reads it and must not resolve
+  processEventsLocked();
+  std::string runtime_message;
+  DeviceBlock* block = takeFreeBlockLocked(pool, stream, size);
+  if (block == nullptr) {
+    block = allocateSegmentLocked(pool, stream, device, segment_bytes, runtime_message);
+  }
+  if (block == nullptr) {
+    // As CUDA: give every cached block back (after waiting for pending frees)
+    // and try once more.
+    lock.unlock();
+    releaseCachedBlocks();
+    lock.lock();
+    ++stats_.num_alloc_retries;
+    block = takeFreeBlockLocked(pool, stream, size);
+    if (block == nullptr) {
+      block = allocateSegmentLocked(pool, stream, device, segment_bytes, runtime_message);
+    }
+    if (block == nullptr) {
+      throwOutOfMemory(lock, device, nbytes, segment_bytes, runtime_message.c_str());
+    }
+  }
+  return splitAndActivateLocked(block, size, nbytes);
+}
+
+DeviceBlock* DeviceCachingAllocator::takeFreeBlockLocked(Pool& pool, c10::StreamId stream,
+                                                         size_t size) {
+  DeviceBlock key{nullptr, size, stream, 0, pool.is_small};
+  const auto it = pool.blocks.lower_bound(&key);
+  if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+  DeviceBlock* block = *it;
+  pool.blocks.erase(it);
+  return block;
+}
+
+DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, c10::StreamId stream,
+                                                           c10::DeviceIndex device,
+                                                           size_t segment_bytes,
+                                                           std::string& runtime_message) {
+  void* ptr = nullptr;
+  try {
+    ptr = runtimeContext()->allocate(segment_bytes);
+  } catch (const flex::OutOfMemoryError& error) {
+    runtime_message = error.what();
+    return nullptr;
+  }
+  change(stats_.segment, pool.is_small, 1);
+  change(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(segment_bytes));
+  ++stats_.num_device_alloc;
+  return new DeviceBlock{static_cast<char*>(ptr), segment_bytes, stream, device, pool.is_small};
+}
+
+DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, size_t size,
+                                                            size_t requested) {
+  Pool& pool = block->small ? small_pool_ : large_pool_;
+  const bool already_split = block->isSplit();
+  const size_t rest = block->size - size;
+  // Keep the rest only when it can serve a request of the same pool.
+  if (block->small ? rest >= kMinBlockSize : rest > kSmallSize) {
+    DeviceBlock* remaining = block;
+    block = new DeviceBlock{remaining->ptr, size, remaining->stream, remaining->device,
+                            remaining->small};
+    block->prev = remaining->prev;
+    if (block->prev != nullptr) block->prev->next = block;
+    block->next = remaining;
+    remaining->prev = block;
+    remaining->ptr += size;
+    remaining->size = rest;
+    pool.blocks.insert(remaining);
+    if (already_split) {
+      change(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(size));
+    } else {
+      change(stats_.inactive_split, block->small, 1);
+      change(stats_.inactive_split_bytes, block->small, static_cast<int64_t>(rest));
+    }
+  } else if (already_split) {
+    change(stats_.inactive_split, block->small, -1);
+    change(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
+  }
+  block->allocated = true;
+  block->requested_size = requested;
+  change(stats_.allocation, block->small, 1);
+  change(stats_.allocated_bytes, block->small, static_cast<int64_t>(block->size));
+  change(stats_.active, block->small, 1);
+  change(stats_.active_bytes, block->small, static_cast<int64_t>(block->size));
+  change(stats_.requested_bytes, block->small, static_cast<int64_t>(requested));
+  return block;
+}
+
+void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  block->allocated = false;
+  change(stats_.allocation, block->small, -1);
+  change(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+  block->free_ticket = handles_[static_cast<size_t>(block->stream)]->launchedOps();
+  insertEventsLocked(block);
+  if (block->event_count == 0) freeBlockLocked(block);
+}
+
+void DeviceCachingAllocator::recordStream(DeviceBlock* block, c10::StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stream == block->stream) return;  // stream order already protects it
+  handleLocked(stream, block->device);  // free() reads it and must not resolve
+  auto& uses = block->stream_uses;
+  if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+}
+
+void DeviceCachingAllocator::insertEventsLocked(DeviceBlock* block) {
+  for (const c10::StreamId id : block->stream_uses) {
+    flex::RuntimeStream* handle = handles_[static_cast<size_t>(id)];
+    if (handle->launchedOps() == handle->completedOps()) {
+      continue;  // idle: nothing launched so far can still touch the block
+    }
+    auto event = std::make_unique<flex::RuntimeEvent>();
+    try {
+      event->record(handle);
+    } catch (const flex::Error&) {
+      continue;  // failed stream, shut down or forked: its queued work is gone
+    }
+    ++block->event_count;
+    events_[id].push_back({std::move(event), block});
+  }
+  block->stream_uses.clear();
+}
+
+void DeviceCachingAllocator::processEventsLocked() {
+  for (auto it = events_.begin(); it != events_.end();) {
+    auto& queue = it->second;
+    // A stream completes its events in record order: stop at the first pending one.
+    while (!queue.empty() && queue.front().event->query()) {
+      DeviceBlock* block = queue.front().block;
+      queue.pop_front();
+      if (--block->event_count == 0) freeBlockLocked(block);
+    }
+    it = queue.empty() ? events_.erase(it) : std::next(it);
+  }
+}
+
+void DeviceCachingAllocator::freeBlockLocked(DeviceBlock* block) {
+  Pool& pool = block->small ? small_pool_ : large_pool_;
+  const auto original_size = static_cast<int64_t>(block->size);
+  int64_t split_blocks = 0;
+  int64_t split_bytes = 0;
+  for (DeviceBlock* neighbour : {block->prev, block->next}) {
+    if (const size_t merged = mergeLocked(block, neighbour, pool)) {
+      split_blocks -= 1;
+      split_bytes -= static_cast<int64_t>(merged);
+    }
+  }
+  pool.blocks.insert(block);
+  if (block->isSplit()) {
+    split_blocks += 1;
+    split_bytes += static_cast<int64_t>(block->size);
+  }
+  change(stats_.inactive_split, block->small, split_blocks);
+  change(stats_.inactive_split_bytes, block->small, split_bytes);
+  change(stats_.active, block->small, -1);
+  change(stats_.active_bytes, block->small, -original_size);
+  change(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested_size));
+  block->requested_size = 0;
+}
+
+size_t DeviceCachingAllocator::mergeLocked(DeviceBlock* into, DeviceBlock* neighbour,
+                                           Pool& pool) {
+  if (neighbour == nullptr || neighbour->allocated || neighbour->event_count > 0) return 0;
+  if (into->prev == neighbour) {
+    into->ptr = neighbour->ptr;
+    into->prev = neighbour->prev;
+    if (into->prev != nullptr) into->prev->next = into;
+  } else {
+    into->next = neighbour->next;
+    if (into->next != nullptr) into->next->prev = into;
+  }
+  into->free_ticket = std::max(into->free_ticket, neighbour->free_ticket);
+  const size_t merged = neighbour->size;
+  into->size += merged;
+  pool.blocks.erase(neighbour);
+  delete neighbour;
+  return merged;
+}
+
+void DeviceCachingAllocator::releaseCachedBlocks() {
+  // Blocks waiting for events: wait for the events, then free the blocks.
+  std::vector<PendingEvent> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, queue] : events_) {
+      for (PendingEvent& entry : queue) pending.push_back(std::move(entry));
+    }
+    events_.clear();
+    ++stats_.num_sync_all_streams;
+  }
+  for (const PendingEvent& entry : pending) entry.event->synchronize();
+  parkIfExiting();  // woken because the process exits: do not return (no lock held)
+  std::vector<DeviceBlock*> segments;
+  std::map<flex::RuntimeStream*, uint64_t> free_points;  // per allocation stream
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const PendingEvent& entry : pending) {
+      if (--entry.block->event_count == 0) freeBlockLocked(entry.block);
+    }
+    // Whole free segments leave the pools now; a split one still has a
+    // block in use.
+    for (Pool* pool : {&small_pool_, &large_pool_}) {
+      for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
+        DeviceBlock* block = *it;
+        if (block->isSplit()) {
+          ++it;
+          continue;
+        }
+        segments.push_back(block);
+        uint64_t& point = free_points[handles_[static_cast<size_t>(block->stream)]];
+        point = std::max(point, block->free_ticket);
+        it = pool->blocks.erase(it);
+      }
+    }
+  }
+  // As cudaFree waits for the device: device memory handed back must be done
+  // with. Waits only on streams that have not yet run up to their last free.
+  for (const auto& [handle, point] : free_points) {
+    if (handle->completedOps() >= point) continue;
+    flex::RuntimeEvent done;
+    try {
+      done.record(handle);
+    } catch (const flex::Error&) {
+      continue;  // failed stream or shut down: its queued work is gone
+    }
+    done.synchronize();
+    parkIfExiting();  // woken because the process exits: do not return (no lock held)
+  }
+  for (DeviceBlock* segment : segments) {
+    try {
+      if (flex::RuntimeContext* context = flex::RuntimeContext::get()) {
+        context->deallocate(segment->ptr);
+      }
+    } catch (...) {
+      // A torn-down runtime: the memory goes with the process.
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (DeviceBlock* segment : segments) {
+    change(stats_.segment, segment->small, -1);
+    change(stats_.reserved_bytes, segment->small, -static_cast<int64_t>(segment->size));
+    ++stats_.num_device_free;
+    delete segment;
+  }
+}
+
+void DeviceCachingAllocator::emptyCache() {
+  releaseCachedBlocks();
+}
+
+void DeviceCachingAllocator::throwOutOfMemory(std::unique_lock<std::mutex>& lock,
+                                              c10::DeviceIndex device, size_t nbytes,
+                                              size_t segment_bytes, const char* reason) {
+  ++stats_.num_ooms;
+  const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+  const int64_t allocated = stats_.allocated_bytes[aggregate].current;
+  const int64_t reserved = stats_.reserved_bytes[aggregate].current;
+  lock.unlock();
+  const flex::MemoryStats device_stats = runtimeContext()->memoryStats();
+  const std::string segment =
+      segment_bytes == 0 ? "" : " (a segment of " + std::to_string(segment_bytes) + " bytes)";
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "Spyre out of memory on spyre:",
+                   static_cast<int>(device), ": tried to allocate ", nbytes, " bytes", segment,
+                   "; the device has ", device_stats.total_bytes,
+                   " bytes in total, ", device_stats.total_bytes - device_stats.allocated_bytes,
+                   " free; PyTorch holds ", allocated, " bytes in tensors and ", reserved,
+                   " bytes reserved (tensors plus cached blocks). Runtime: ", reason);
+}
+
+c10::CachingDeviceAllocator::DeviceStats DeviceCachingAllocator::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::CachingDeviceAllocator::DeviceStats stats = stats_;
+  stats.max_split_size = -1;  // no split limit: CUDA's default reads SIZE_MAX as -1
+  return stats;
+}
+
+void DeviceCachingAllocator::resetAccumulatedStats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  forEachStatArray(stats_, [](Stat& stat) { stat.reset_accumulated(); });
+  stats_.oversize_allocations.reset_accumulated();
+  stats_.oversize_segments.reset_accumulated();
+  stats_.num_alloc_retries = 0;
+  stats_.num_ooms = 0;
+  stats_.num_sync_all_streams = 0;
+  stats_.num_device_alloc = 0;
+  stats_.num_device_free = 0;
+}
+
+void DeviceCachingAllocator::resetPeakStats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  forEachStatArray(stats_, [](Stat& stat) { stat.reset_peak(); });
+  stats_.oversize_allocations.reset_peak();
+  stats_.oversize_segments.reset_peak();
+}
+
+}  // namespace spyre

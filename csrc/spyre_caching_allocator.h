@@ -1,0 +1,120 @@
+// The block pools behind the spyre device allocator: a stream-aware caching
+// allocator with CUDA's rules (docs/tensors.md, "Device allocator").
+//
+// - Device memory is taken from the runtime in segments: requests up to 1 MiB
+//   come from 2 MiB segments (small pool), requests up to 10 MiB from 20 MiB
+//   segments, larger ones from segments rounded up to 2 MiB (large pool).
+//   Requests are rounded up to 512 bytes.
+// - A block is the best fitting free block of its pool, split when the rest is
+//   worth keeping (>= 512 bytes in the small pool, > 1 MiB in the large one).
+//   A freed block merges with free neighbours of its segment.
+// - Blocks belong to their allocation stream: a freed block is reused at once,
+//   but only by allocations on that stream (stream order makes that safe). A
+//   block recorded on other streams gets an event on each of them at free time
+//   and returns to its pool when they have all completed.
+// - Cached memory goes back to the runtime only on empty_cache() or when an
+//   allocation fails; then the allocation is retried once.
+//
+// One mutex guards everything. No wait on device work happens under it: engine
+// threads free blocks too (tensors captured by queued work), so a host thread
+// holding it while waiting for a stream could deadlock.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+#include <flex/flex.hpp>
+
+#include "spyre_stream.h"
+
+namespace spyre {
+
+// A piece of a segment: allocated, waiting for events, or free in its pool.
+struct DeviceBlock {
+  char* ptr;
+  size_t size;
+  c10::StreamId stream;  // allocation stream: the only one that may reuse it
+  c10::DeviceIndex device;
+  bool small;  // pool: small (requests <= 1 MiB) or large
+  bool allocated = false;
+  size_t requested_size = 0;  // what the caller asked for, before rounding
+  int event_count = 0;        // events recorded at free time, not yet completed
+  std::vector<c10::StreamId> stream_uses;  // recorded streams other than `stream`
+  DeviceBlock* prev = nullptr;  // neighbours in the segment
+  DeviceBlock* next = nullptr;
+  // The allocation stream's launch count when the block was last freed: the
+  // segment may go back to the runtime once the stream has completed that much.
+  uint64_t free_ticket = 0;
+
+  bool isSplit() const { return prev != nullptr || next != nullptr; }
+};
+
+class DeviceCachingAllocator {
+ public:
+  // A block of at least `nbytes` (> 0) for the current stream of `device`.
+  // Raises c10::OutOfMemoryError naming the sizes when even a retry after
+  // releasing every cached block fails.
+  DeviceBlock* malloc(size_t nbytes, c10::DeviceIndex device);
+  // The host dropped the block. Never throws: called from deleters.
+  void free(DeviceBlock* block) noexcept;
+  // `stream` used the block: a later free waits for the work launched on it.
+  void recordStream(DeviceBlock* block, c10::StreamId stream);
+  // Waits for pending frees, then returns every unused segment to the runtime.
+  void emptyCache();
+
+  c10::CachingDeviceAllocator::DeviceStats stats();
+  void resetAccumulatedStats();
+  void resetPeakStats();
+
+ private:
+  struct BySize {
+    bool operator()(const DeviceBlock* a, const DeviceBlock* b) const;
+  };
+  struct Pool {
+    std::set<DeviceBlock*, BySize> blocks;  // free blocks
+    bool is_small;
+  };
+  struct PendingEvent {
+    std::unique_ptr<flex::RuntimeEvent> event;
+    DeviceBlock* block;
+  };
+
+  flex::RuntimeStream* handleLocked(c10::StreamId stream, c10::DeviceIndex device);
+  DeviceBlock* takeFreeBlockLocked(Pool& pool, c10::StreamId stream, size_t size);
+  // A new segment, or nullptr with `runtime_message` set when the runtime is out of memory.
+  DeviceBlock* allocateSegmentLocked(Pool& pool, c10::StreamId stream, c10::DeviceIndex device,
+                                     size_t segment_bytes, std::string& runtime_message);
+  DeviceBlock* splitAndActivateLocked(DeviceBlock* block, size_t size, size_t requested);
+  void insertEventsLocked(DeviceBlock* block);
+  void processEventsLocked();
+  void freeBlockLocked(DeviceBlock* block);
+  size_t mergeLocked(DeviceBlock* into, DeviceBlock* neighbour, Pool& pool);
+  // Frees (into their pools) the blocks waiting for events, after waiting for
+  // those events; then returns every free segment to the runtime. Called
+  // without the lock.
+  void releaseCachedBlocks();
+  [[noreturn]] void throwOutOfMemory(std::unique_lock<std::mutex>& lock, c10::DeviceIndex device,
+                                     size_t nbytes, size_t segment_bytes, const char* reason);
+
+  std::mutex mutex_;
+  Pool small_pool_{{}, true};
+  Pool large_pool_{{}, false};
+  // Events recorded at free time, per recorded stream, in record order.
+  std::map<c10::StreamId, std::deque<PendingEvent>> events_;
+  // Runtime handles by stream id, resolved once (an id never changes handle).
+  std::array<flex::RuntimeStream*, kNumPoolStreamIds> handles_{};
+  c10::CachingDeviceAllocator::DeviceStats stats_;
+};
+
+}  // namespace spyre
