@@ -129,23 +129,24 @@ SCENARIOS = {
 
 # Environment per scenario (default: none).
 SCENARIO_ENV = {
-    # 4 KiB of device memory: the daemon's allocation runs out and waits for
-    # a stream-ordered free held behind a gate; finalization releases the gate.
-    "daemon-thread-waiting-for-pending-frees": {"FLEX_STUB_MEMORY_BYTES": "4096"},
+    # 3 MiB of device memory: the daemon's 2.4 MB request needs a 20 MiB
+    # segment, so the allocator releases its cache, waiting for the stream
+    # that used the cached segment, held by a gate; finalization releases it.
+    "daemon-thread-in-the-allocators-wait": {"FLEX_STUB_MEMORY_BYTES": str(3 << 20)},
 }
-SCENARIOS["daemon-thread-waiting-for-pending-frees"] = """
+SCENARIOS["daemon-thread-in-the-allocators-wait"] = """
         s = torch.spyre.Stream()
         with s:
-            a = torch.empty(512, device="spyre")        # 2 KiB, allocated on s
+            a = torch.empty(256, device="spyre")        # a 2 MiB small segment, used on s
         gate = Gate()
         gate.block(s)
         with s:
             torch.spyre._sleep(1)
-        del a                                           # its free waits behind the gate
-        t = threading.Thread(target=lambda: torch.empty(768, device="spyre"), daemon=True)
+        del a                                           # cached, s still busy
+        t = threading.Thread(target=lambda: torch.empty(600_000, device="spyre"), daemon=True)
         t.start()
         time.sleep(0.3)
-        assert t.is_alive()                             # in the allocator's wait for frees
+        assert t.is_alive()                             # waiting for s before freeing
 """
 
 
