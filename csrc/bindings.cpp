@@ -9,6 +9,7 @@
 #include <torch/extension.h>
 
 #include "spyre_bench.h"
+#include "spyre_error.h"
 #include "spyre_generator.h"
 #include "spyre_runtime.h"
 #include "spyre_stream.h"
@@ -33,7 +34,9 @@ SpyreStream fromKey(c10::StreamId id, int device_index) {
 
 c10::DeviceIndex deviceArg(int index) {
   TORCH_CHECK(index >= -1 && index <= std::numeric_limits<c10::DeviceIndex>::max(),
-              "Invalid device index ", index, ": expected -1 (current device) or an index >= 0");
+              "Invalid device index ", index,
+              ": expected -1 (current device) or an index in [0, ",
+              static_cast<int>(std::numeric_limits<c10::DeviceIndex>::max()), "]");
   return static_cast<c10::DeviceIndex>(index);
 }
 
@@ -78,6 +81,17 @@ void bindEvents(py::module_& m) {
   // c10::Event::elapsedTime, with the same checks and errors, for subclasses too.
   m.def("_event_elapsed_time", [](const py::handle& start, const py::handle& end) {
     return asTorchEvent(start, "start")->event.elapsedTime(asTorchEvent(end, "end_event")->event);
+  });
+}
+
+// Plain ints cross the boundary; torch_spyre/errors.py wraps them in IntEnums.
+void bindErrors(py::module_& m) {
+  m.def("_get_device_state", [] { return static_cast<int>(SpyreGetDeviceState()); });
+  m.def("_stream_get_error", [](c10::StreamId id, int device) {
+    return static_cast<int>(SpyreStreamGetError(fromKey(id, device)));
+  });
+  m.def("_stream_get_error_string", [](int error) {
+    return std::string(SpyreStreamGetErrorString(static_cast<SpyreStreamError>(error)));
   });
 }
 
@@ -141,6 +155,10 @@ void bindTesting(py::module_& m) {
   // The stub's Chrome trace of device operations (pid = card, tid = flex stream id).
   m.def("_trace_start", &flex::test::startTrace);
   m.def("_trace_stop", &flex::test::stopTrace, py::arg("path"));
+  // The next operation the runtime executes on the stream fails with `message`.
+  m.def("_inject_fault", [](c10::StreamId id, int device, const std::string& message) {
+    flex::test::injectFault(fromKey(id, device).resolveRuntimeHandle(), message);
+  });
 }
 
 void bindBenchmarks(py::module_& m) {
@@ -153,6 +171,27 @@ void bindBenchmarks(py::module_& m) {
 }  // namespace
 }  // namespace spyre
 
+namespace spyre {
+namespace {
+
+unsigned long main_thread_ident = 0;
+
+// True while the interpreter finalizes, for a Python thread other than the
+// main one: such a thread would be killed by pthread_exit when it re-takes
+// the GIL (see parkIfExiting()). Callable without the GIL.
+bool mustNotReturnToPython() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing();
+#else
+  const bool finalizing = _Py_IsFinalizing();
+#endif
+  return finalizing && PyGILState_GetThisThreadState() != nullptr &&
+         PyThread_get_thread_ident() != main_thread_ident;
+}
+
+}  // namespace
+}  // namespace spyre
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_spyre native extension: Spyre runtime, streams and tensors";
   // Tell torch the device is initialized even when the runtime was started
@@ -160,9 +199,13 @@ PYBIND11_MODULE(_C, m) {
   // is not skipped as "device not initialized".
   spyre::setRuntimeStartedCallback(
       [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false); });
+  spyre::main_thread_ident =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  spyre::setExitParkCheck(&spyre::mustNotReturnToPython);
   spyre::bindRuntime(m);
   spyre::bindStreams(m);
   spyre::bindEvents(m);
+  spyre::bindErrors(m);
   spyre::bindGenerators(m);
   spyre::bindHostMemory(m);
   spyre::bindTesting(m);

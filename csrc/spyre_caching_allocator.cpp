@@ -282,6 +282,7 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
     ++stats_.num_sync_all_streams;
   }
   for (const PendingEvent& entry : pending) entry.event->synchronize();
+  parkIfExiting();  // woken because the process exits: do not return (no lock held)
   std::vector<DeviceBlock*> segments;
   std::map<flex::RuntimeStream*, uint64_t> free_points;  // per allocation stream
   {
@@ -316,6 +317,7 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
       continue;  // failed stream or shut down: its queued work is gone
     }
     done.synchronize();
+    parkIfExiting();  // woken because the process exits: do not return (no lock held)
   }
   for (DeviceBlock* segment : segments) {
     try {

@@ -145,7 +145,13 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeEvent(void* event) const override {
     if (event != nullptr) {
-      asEvent(event)->synchronize();
+      try {
+        asEvent(event)->synchronize();
+      } catch (...) {
+        parkIfExiting();
+        throw;
+      }
+      parkIfExiting();  // woken because the process exits: do not return
     }
   }
 

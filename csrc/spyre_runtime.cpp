@@ -1,9 +1,11 @@
 #include "spyre_runtime.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
@@ -59,6 +61,18 @@ void markForkedChild() {
   }
 }
 
+std::atomic<bool> process_exiting{false};
+std::atomic<std::thread::id> exiting_thread{};
+std::atomic<bool (*)() noexcept> exit_park_check{nullptr};
+
+// Registered with atexit() once the runtime started, i.e. after the flex
+// stub's shutdown guard was constructed: it runs before that guard wakes the
+// blocked waiters.
+void markProcessExiting() {
+  exiting_thread.store(std::this_thread::get_id());
+  process_exiting.store(true, std::memory_order_release);
+}
+
 void startRuntimeOnce() {
   const c10::DeviceIndex logical_device_id = currentDevice();
   const c10::DeviceIndex visible = deviceCount();
@@ -72,7 +86,10 @@ void startRuntimeOnce() {
   GlobalRuntime::set(context);
   initializeStreamPool(logical_device_id);
   static std::once_flag fork_handler;
-  std::call_once(fork_handler, [] { pthread_atfork(nullptr, nullptr, markForkedChild); });
+  std::call_once(fork_handler, [] {
+    pthread_atfork(nullptr, nullptr, markForkedChild);
+    std::atexit(markProcessExiting);
+  });
   detail::bound_device.store(logical_device_id, std::memory_order_release);
   if (auto callback = runtime_started_callback.load()) {
     callback();
@@ -164,6 +181,22 @@ void startRuntime() {
 void freeRuntime() {
   runtime_freed.store(true);
   GlobalRuntime::reset();
+}
+
+void parkIfExiting() noexcept {
+  bool park = false;
+  if (process_exiting.load(std::memory_order_acquire)) {
+    park = exiting_thread.load() != std::this_thread::get_id();
+  } else if (auto check = exit_park_check.load(std::memory_order_acquire)) {
+    park = check();
+  }
+  while (park) {
+    pause();  // until the process is gone
+  }
+}
+
+void setExitParkCheck(bool (*check)() noexcept) {
+  exit_park_check.store(check, std::memory_order_release);
 }
 
 void setRuntimeStartedCallback(void (*callback)()) {

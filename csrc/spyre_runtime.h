@@ -80,4 +80,25 @@ inline c10::DeviceIndex ensureDevice(c10::DeviceIndex index) {
 // The device this process is bound to, starting the runtime if needed.
 c10::DeviceIndex boundDevice();
 
+// Process exit. A thread blocked in a runtime wait (stream, device or event
+// synchronize; the allocator's wait for pending frees) can be woken while the
+// process is exiting: by the flex
+// runtime's shutdown at exit(), or during interpreter finalization when a
+// finalized object releases what it waited for. Such a thread must not return
+// to its caller: a Python daemon thread would re-take the GIL of a finalizing
+// interpreter, and CPython ends it with pthread_exit from inside a noexcept
+// destructor, which aborts the whole process ("terminate called without an
+// active exception"). parkIfExiting(), called after every blocking runtime
+// wait, parks such a thread until the process is gone. It parks when
+//   - exit() is running on another thread (flag set by an atexit handler
+//     registered when the runtime starts, so it runs before the runtime's own
+//     shutdown wakes the waiters), or
+//   - the check installed by setExitParkCheck() says so (the Python bindings:
+//     the interpreter is finalizing and this is a Python thread other than
+//     the main thread).
+// The thread running exit() or the finalization is never parked.
+// docs/reliability.md, "Teardown order", has the whole sequence.
+void parkIfExiting() noexcept;
+void setExitParkCheck(bool (*check)() noexcept);
+
 }  // namespace spyre

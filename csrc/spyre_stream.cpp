@@ -6,12 +6,14 @@
 #include <exception>
 #include <mutex>
 #include <shared_mutex>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
 
+#include "spyre_error.h"
 #include "spyre_runtime.h"
 
 namespace spyre {
@@ -40,13 +42,47 @@ StreamPool& streamPool() {
 
 thread_local c10::StreamId tls_current_stream_id = kDefaultStreamId;
 
+#ifdef SPYRE_LOCK_AUDIT
+thread_local detail::PoolLockHeld tls_pool_lock_held = detail::PoolLockHeld::None;
+#endif
+
+// The pool mutex, held as Lock (std::shared_lock or std::unique_lock). Audit
+// builds also record which lock the thread holds, so a test can assert that
+// no runtime call is made under it.
+template <template <class> class Lock>
+class PoolLock {
+ public:
+  explicit PoolLock(StreamPool& pool) : lock_(pool.mutex) {
+#ifdef SPYRE_LOCK_AUDIT
+    tls_pool_lock_held = std::is_same_v<Lock<std::shared_mutex>, std::unique_lock<std::shared_mutex>>
+                             ? detail::PoolLockHeld::Unique
+                             : detail::PoolLockHeld::Shared;
+#endif
+  }
+  ~PoolLock() {
+#ifdef SPYRE_LOCK_AUDIT
+    tls_pool_lock_held = detail::PoolLockHeld::None;
+#endif
+  }
+  PoolLock(const PoolLock&) = delete;
+  PoolLock& operator=(const PoolLock&) = delete;
+
+ private:
+  Lock<std::shared_mutex> lock_;
+};
+
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
 }
 
 void initializeStreamPoolImpl(c10::DeviceIndex device) {
   StreamPool& pool = streamPool();
-  std::unique_lock<std::shared_mutex> lock(pool.mutex);
+  flex::RuntimeContext* context = GlobalRuntime::get();
+  TORCH_CHECK(context != nullptr, "initializeStreamPoolImpl: the Spyre runtime is not started");
+  // Asked before locking: no runtime call runs under the pool lock (the audit
+  // build of test/stress checks it).
+  flex::RuntimeStream* default_stream = context->getDefaultStream();
+  PoolLock<std::unique_lock> lock(pool);
   if (pool.device_init_flags[device]) {
     return;
   }
@@ -54,9 +90,7 @@ void initializeStreamPoolImpl(c10::DeviceIndex device) {
               "initializeStreamPoolImpl: the stream pool already serves another device; "
               "cannot initialize it for spyre:", static_cast<int>(device),
               " (one Spyre device per process)");
-  flex::RuntimeContext* context = GlobalRuntime::get();
-  TORCH_CHECK(context != nullptr, "initializeStreamPoolImpl: the Spyre runtime is not started");
-  pool.stream_handle_map.emplace(kDefaultStreamId, context->getDefaultStream());
+  pool.stream_handle_map.emplace(kDefaultStreamId, default_stream);
   for (int i = 0; i < kStreamsPerPool; ++i) {
     pool.low_priority_streams.push_back(kFirstLowPriorityStreamId + i);
     pool.high_priority_streams.push_back(kFirstHighPriorityStreamId + i);
@@ -75,12 +109,18 @@ void createRuntimeStream(c10::StreamId id, bool high_priority) {
     flex::RuntimeStream* handle = runtimeContext()->createStream(
         high_priority ? flex::RuntimeStreamPriority::HIGH : flex::RuntimeStreamPriority::NORMAL,
         flex::RuntimeStreamMode::STRICT_ORDERING, /*track_hazards=*/false);
-    std::unique_lock<std::shared_mutex> lock(pool.mutex);
+    PoolLock<std::unique_lock> lock(pool);
     pool.stream_handle_map.emplace(id, handle);
   });
 }
 
 }  // namespace
+
+#ifdef SPYRE_LOCK_AUDIT
+detail::PoolLockHeld detail::poolLockHeldByThisThread() {
+  return tls_pool_lock_held;
+}
+#endif
 
 void initializeStreamPool(c10::DeviceIndex device) {
   initializeStreamPoolImpl(device);
@@ -88,7 +128,7 @@ void initializeStreamPool(c10::DeviceIndex device) {
 
 size_t mappedStreamCount() {
   StreamPool& pool = streamPool();
-  std::shared_lock<std::shared_mutex> lock(pool.mutex);
+  PoolLock<std::shared_lock> lock(pool);
   return pool.stream_handle_map.size();
 }
 
@@ -105,7 +145,7 @@ int SpyreStream::priority() const {
 flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
   ensureDevice(device_index());
   StreamPool& pool = streamPool();
-  std::shared_lock<std::shared_mutex> lock(pool.mutex);
+  PoolLock<std::shared_lock> lock(pool);
   auto it = pool.stream_handle_map.find(id());
   TORCH_CHECK(it != pool.stream_handle_map.end(), "SpyreStream: no flex handle for stream id ",
               id(), " on spyre:", static_cast<int>(device_index()),
@@ -119,7 +159,19 @@ bool SpyreStream::query() const {
 }
 
 void SpyreStream::synchronize() const {
-  resolveRuntimeHandle()->synchronize();
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  try {
+    handle->synchronize();
+  } catch (...) {
+    parkIfExiting();
+    throw;
+  }
+  parkIfExiting();  // woken because the process exits: do not return
+}
+
+SpyreStreamError SpyreStream::getError() const {
+  return resolveRuntimeHandle()->needsShutdown() ? SpyreStreamError::Shutdown
+                                                 : SpyreStreamError::Success;
 }
 
 void SpyreStream::launchH2D(const void* host, void* device, size_t nbytes,
@@ -168,8 +220,11 @@ void SpyreStream::launchFill(void* device, size_t nbytes, double value,
 }
 
 void SpyreStream::launchDelay(double milliseconds) const {
-  TORCH_CHECK(std::isfinite(milliseconds) && milliseconds >= 0,
-              "delay must be a finite, non-negative number of milliseconds, got ", milliseconds);
+  // The runtime takes int64 nanoseconds: larger values would wrap negative.
+  constexpr double kMaxMilliseconds = 9.2e12;
+  TORCH_CHECK(std::isfinite(milliseconds) && milliseconds >= 0 && milliseconds <= kMaxMilliseconds,
+              "delay must be a finite, non-negative number of milliseconds, at most ",
+              kMaxMilliseconds, ", got ", milliseconds);
   resolveRuntimeHandle()->launchOperationDelay(
       std::chrono::nanoseconds(std::llround(milliseconds * 1e6)));
 }
@@ -186,7 +241,7 @@ SpyreStream getStreamFromPool(c10::DeviceIndex device, int priority) {
   c10::StreamId id = 0;
   bool mapped = false;
   {
-    std::unique_lock<std::shared_mutex> lock(pool.mutex);
+    PoolLock<std::unique_lock> lock(pool);
     auto& ids = high_priority ? pool.high_priority_streams : pool.low_priority_streams;
     auto& next = high_priority ? pool.next_high_priority_idx : pool.next_low_priority_idx;
     id = ids[next];
@@ -220,7 +275,7 @@ void synchronizeDevice(c10::DeviceIndex device) {
   std::array<flex::RuntimeStream*, kNumPoolStreamIds> handles{};
   size_t count = 0;
   {
-    std::shared_lock<std::shared_mutex> lock(pool.mutex);
+    PoolLock<std::shared_lock> lock(pool);
     for (const auto& entry : pool.stream_handle_map) {
       handles[count++] = entry.second;
     }
@@ -237,6 +292,7 @@ void synchronizeDevice(c10::DeviceIndex device) {
       }
     }
   }
+  parkIfExiting();  // woken because the process exits: do not return
   if (first_error) {
     std::rethrow_exception(first_error);
   }
@@ -245,7 +301,7 @@ void synchronizeDevice(c10::DeviceIndex device) {
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device) {
   device = ensureDevice(device);
   StreamPool& pool = streamPool();
-  std::shared_lock<std::shared_mutex> lock(pool.mutex);
+  PoolLock<std::shared_lock> lock(pool);
   auto it = pool.stream_handle_map.find(kDefaultStreamId);
   TORCH_CHECK(it != pool.stream_handle_map.end(),
               "no flex handle for the default stream of spyre:", static_cast<int>(device),

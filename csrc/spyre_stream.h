@@ -40,6 +40,8 @@
 
 namespace spyre {
 
+enum class SpyreStreamError : int;  // spyre_error.h
+
 constexpr int kStreamsPerPool = 32;
 constexpr c10::StreamId kDefaultStreamId = 0;
 constexpr c10::StreamId kFirstLowPriorityStreamId = 1;
@@ -69,6 +71,9 @@ class SpyreStream {
   bool query() const;
   // Block until all work launched on the stream has finished.
   void synchronize() const;
+  // Shutdown once the runtime latched a failure on this stream (it stays so);
+  // Success otherwise. Does not consume the failure synchronize()/query() report.
+  SpyreStreamError getError() const;
 
   // Typed launch chokepoints: every piece of device work goes through one of
   // these. Host memory named here must stay valid until the work completes;
@@ -111,5 +116,14 @@ flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1)
 void initializeStreamPool(c10::DeviceIndex device);
 // Number of ids with a flex handle (for tests).
 size_t mappedStreamCount();
+
+#ifdef SPYRE_LOCK_AUDIT
+namespace detail {
+// Audit builds only (test/stress): which pool lock the calling thread holds,
+// so wrappers around runtime calls can assert none is held while they run.
+enum class PoolLockHeld { None, Shared, Unique };
+PoolLockHeld poolLockHeldByThisThread();
+}  // namespace detail
+#endif
 
 }  // namespace spyre

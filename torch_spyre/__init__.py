@@ -33,6 +33,13 @@ from ._device import (  # noqa: F401
     set_device,
     synchronize,
 )
+from .errors import (  # noqa: F401
+    SpyreDeviceState,
+    SpyreStreamError,
+    get_device_state,
+    stream_get_error,
+    stream_get_error_string,
+)
 from .events import Event  # noqa: F401
 from .memory import (  # noqa: F401
     host_memory_stats,

@@ -6,6 +6,7 @@ from . import _C
 
 # c10::DeviceType::PrivateUse1, the device type torch uses for spyre.
 DEVICE_TYPE = _C._device_type
+_MAX_DEVICE_INDEX = 127
 
 
 def _device_index(device, *, optional=True) -> int:
@@ -20,8 +21,11 @@ def _device_index(device, *, optional=True) -> int:
             f"of type {type(device).__name__}"
         )
     if isinstance(device, int):
-        if device < 0:
-            raise ValueError(f"Invalid device index {device}: expected an index >= 0")
+        # c10::DeviceIndex is an int8_t: larger indices cannot name a device.
+        if not 0 <= device <= _MAX_DEVICE_INDEX:
+            raise ValueError(
+                f"Invalid device index {device}: expected an index in [0, {_MAX_DEVICE_INDEX}]"
+            )
         return device
     if isinstance(device, str):
         try:

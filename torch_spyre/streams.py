@@ -15,6 +15,8 @@ from . import _C
 from ._device import DEVICE_TYPE, _device_index
 
 _FIRST_HIGH_PRIORITY_ID = 33
+# The runtime counts device time in int64 nanoseconds: about 106 days.
+_MAX_SLEEP_MS = 9.2e12
 _LAST_HIGH_PRIORITY_ID = 64
 
 
@@ -32,7 +34,9 @@ class Stream(torch.Stream):
             raise TypeError(
                 f"priority must be an int, got {priority!r} of type {type(priority).__name__}"
             )
-        stream_id, index = _C._get_stream_from_pool(_device_index(device), priority)
+        # Only the sign matters (< 0: high-priority pool); clamping keeps any
+        # int in range of the C++ int, as CUDA clamps its priorities.
+        stream_id, index = _C._get_stream_from_pool(_device_index(device), -1 if priority < 0 else 0)
         return torch.Stream.__new__(cls, stream_id, index, DEVICE_TYPE)
 
     @classmethod
@@ -134,8 +138,13 @@ def _sleep(milliseconds) -> None:
             f"_sleep expects a number of milliseconds, got {milliseconds!r} "
             f"of type {type(milliseconds).__name__}"
         )
-    if not math.isfinite(milliseconds) or milliseconds < 0:
+    try:
+        value = float(milliseconds)
+    except OverflowError:  # an int beyond float range
+        value = math.inf
+    if not math.isfinite(value) or not 0 <= value <= _MAX_SLEEP_MS:
         raise ValueError(
-            f"_sleep expects a finite, non-negative number of milliseconds, got {milliseconds!r}"
+            f"_sleep expects a finite, non-negative number of milliseconds, at most "
+            f"{_MAX_SLEEP_MS:g}, got {milliseconds!r}"
         )
-    _C._sleep(float(milliseconds))
+    _C._sleep(value)

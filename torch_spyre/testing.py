@@ -1,7 +1,7 @@
 """Test helpers for deterministic asynchronous tests (emulated runtime only)."""
 
 from . import _C
-from .streams import current_stream
+from .streams import _check_spyre_stream, current_stream
 
 
 class Gate:
@@ -18,6 +18,7 @@ class Gate:
     def block(self, stream=None) -> None:
         """Enqueue the gate on `stream` (default: the current stream)."""
         stream = current_stream() if stream is None else stream
+        _check_spyre_stream(stream)  # a cpu stream's id would gate a spyre stream
         self._gate.enqueue(stream.stream_id, stream.device_index)
 
     def release(self) -> None:
@@ -34,3 +35,18 @@ class Gate:
     def __exit__(self, *exc):
         self.release()
         return False
+
+
+def inject_fault(stream, message: str) -> None:
+    """Make the next operation the runtime executes on `stream` fail with `message`.
+
+    The failure latches on the stream (see torch_spyre.errors): the next
+    synchronize()/query() raises RuntimeError(message) once, and the stream
+    stays in the error state.
+    """
+    _check_spyre_stream(stream)
+    if not isinstance(message, str):
+        raise TypeError(
+            f"inject_fault expects a str message, got {message!r} of type {type(message).__name__}"
+        )
+    _C._inject_fault(stream.stream_id, stream.device_index, message)

@@ -1,0 +1,634 @@
+// Concurrency stress of the stream pool and SpyreStream against the flex stub,
+// built without Python (c10 headers + libc10) by run_sanitizers.sh, plain and
+// under ThreadSanitizer / AddressSanitizer+UBSan.
+//
+//   pool_stress [--threads 8] [--ops 100000] [--seed 1]   stress, then faults
+//   pool_stress --mode lock-hold [--slow-create-ms 20] [--readers 4]
+//   pool_stress --mode exit-queued | exit-thread | exit-during [--ops N]
+//
+// Every check counts a failure instead of aborting; the program prints a
+// summary and exits 1 if any check failed or any runtime call ran under the
+// pool lock (audit.cpp), 0 otherwise. Sanitizers exit 66 on a finding.
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <flex/flex.hpp>
+
+#include "audit.hpp"
+#include "spyre_error.h"
+#include "spyre_runtime.h"
+#include "spyre_stream.h"
+#include "stress_util.hpp"
+
+using spyre::SpyreStream;
+using stress::Rng;
+
+namespace {
+
+constexpr int kIds = spyre::kNumPoolStreamIds;  // 65: ids 0..64
+constexpr size_t kWords = 64;                    // int32 words per copy buffer
+
+using Clock = std::chrono::steady_clock;
+
+int g_threads = 8;
+// The first handle each id resolved to: ids must never be remapped.
+std::array<std::atomic<flex::RuntimeStream*>, kIds> g_handles{};
+// g_exec[t][id]: sequence number of thread t's last callback that ran on
+// stream id. Plain memory, written only by callbacks of that stream (which the
+// runtime runs one at a time, in order) and read by thread t after a sync: a
+// missing happens-before edge is a TSAN report, a reordering a failed check.
+// Leaked: exit-during leaves callbacks running while static destructors run.
+std::vector<std::array<uint64_t, kIds>>& g_exec = *new std::vector<std::array<uint64_t, kIds>>();
+std::atomic<uint64_t> g_order_violations{0};
+std::atomic<uint64_t> g_event_violations{0};
+std::atomic<uint64_t> g_expected_errors{0};  // bad inputs rejected as expected
+std::atomic<bool> g_exiting{false};           // exit-during: stop checking
+
+SpyreStream streamWithId(c10::StreamId id, c10::DeviceIndex device = 0) {
+  return SpyreStream(c10::Stream(c10::Stream::UNSAFE,
+                                 c10::Device(c10::DeviceType::PrivateUse1, device), id));
+}
+
+bool contains(const std::exception& e, const std::string& text) {
+  return std::string(e.what()).find(text) != std::string::npos;
+}
+
+// Remember the handle of `stream`; it must equal every earlier resolution.
+void noteHandle(const SpyreStream& stream) {
+  flex::RuntimeStream* handle = stream.resolveRuntimeHandle();
+  flex::RuntimeStream* expected = nullptr;
+  if (!g_handles[stream.id()].compare_exchange_strong(expected, handle)) {
+    STRESS_CHECK(expected == handle, "id " + std::to_string(stream.id()) + " was remapped");
+  }
+}
+
+class Worker {
+ public:
+  Worker(int tid, SpyreStream priv, const std::vector<c10::StreamId>& private_ids, uint64_t seed)
+      : tid_(tid), rng_(seed * 1000 + tid), priv_(priv), private_ids_(private_ids),
+        shared_(spyre::getDefaultStream()) {
+    flex::RuntimeContext* context = spyre::runtimeContext();
+    dev_ = context->allocate(kWords * 4);
+    dev2_ = context->allocate(kWords * 4);
+  }
+  ~Worker() {
+    flex::RuntimeContext* context = spyre::runtimeContext();
+    context->deallocate(dev_);
+    context->deallocate(dev2_);
+  }
+
+  void run(int64_t ops) {
+    for (int64_t i = 0; i < ops; ++i) {
+      if (g_exiting.load(std::memory_order_relaxed)) {
+        try {
+          step();
+        } catch (...) {
+          // exit-during: the runtime is shutting down under us; only a crash counts.
+        }
+        continue;
+      }
+      step();
+    }
+  }
+
+  // Faults: the next operation on this thread's private stream fails; the
+  // failure is reported once (synchronize() on even threads, query() on odd),
+  // the stream stays failed, and other streams keep working.
+  void faults() {
+    const std::string message = "stress fault on thread " + std::to_string(tid_);
+    // Gated, so both launches are queued before the fault can latch the stream.
+    flex::test::Gate gate;
+    gate.enqueueOn(priv_.resolveRuntimeHandle());
+    while (gate.blockedStreams() < 1) std::this_thread::yield();
+    flex::test::injectFault(priv_.resolveRuntimeHandle(), message);
+    auto ran = std::make_shared<std::atomic<int>>(0);
+    priv_.launchHostCallback([ran] { ++*ran; }, "after-fault");
+    priv_.launchCompute([ran] { ++*ran; }, "after-fault");
+    gate.release();
+    int reports = 0;
+    if (tid_ % 2 == 0) {
+      for (int i = 0; i < 3; ++i) {
+        try {
+          priv_.synchronize();
+        } catch (const std::exception& e) {
+          ++reports;
+          STRESS_CHECK(std::string(e.what()) == message, "got '" + std::string(e.what()) + "'");
+        }
+      }
+    } else {
+      bool idle = false;
+      const auto deadline = Clock::now() + std::chrono::seconds(60);
+      while (!idle && Clock::now() < deadline) {
+        try {
+          idle = priv_.query();
+        } catch (const std::exception& e) {
+          ++reports;
+          STRESS_CHECK(std::string(e.what()) == message, "got '" + std::string(e.what()) + "'");
+        }
+        if (!idle) std::this_thread::yield();
+      }
+      STRESS_CHECK(idle, "faulted stream never became idle");
+    }
+    STRESS_CHECK(reports == 1, "fault reported " + std::to_string(reports) + " times");
+    STRESS_CHECK(ran->load() == 0, "work behind the fault ran");
+    STRESS_CHECK(priv_.getError() == spyre::SpyreStreamError::Shutdown, "stream not latched");
+    STRESS_CHECK(spyre::SpyreStreamGetError(priv_) == spyre::SpyreStreamError::Shutdown, "");
+    try {
+      priv_.launchDelay(0);
+      STRESS_CHECK(false, "launch onto a failed stream succeeded");
+    } catch (const std::exception& e) {
+      STRESS_CHECK(std::string(e.what()) ==
+                       "Cannot schedule operation on stream in error state: " + message,
+                   "got '" + std::string(e.what()) + "'");
+    }
+    // Healthy streams: the default stream and a high-priority pool stream.
+    for (const SpyreStream& s : {shared_, spyre::getStreamFromPool(-1, -1)}) {
+      for (int i = 0; i < 10; ++i) launchSequenced(s, i % 2 == 0);
+      s.synchronize();
+      checkDrained(s.id());
+      STRESS_CHECK(s.getError() == spyre::SpyreStreamError::Success, "healthy stream latched");
+    }
+  }
+
+  // All of this thread's callbacks on `id` have run (after a sync covering them).
+  void checkDrained(c10::StreamId id) {
+    STRESS_CHECK(g_exec[tid_][id] == launched_[id],
+                 "thread " + std::to_string(tid_) + " stream " + std::to_string(id) + ": ran " +
+                     std::to_string(g_exec[tid_][id]) + " of " + std::to_string(launched_[id]));
+  }
+  void checkAllDrained() {
+    for (int id = 0; id < kIds; ++id) checkDrained(id);
+  }
+
+ private:
+  void step() {
+    const uint64_t r = rng_.below(100);
+    if (r < 10) {
+      handOut();
+    } else if (r < 25) {
+      resolve();
+    } else if (r < 38) {
+      switchCurrentStream();
+    } else if (r < 48) {
+      queryOrSynchronize();
+    } else if (r < 49) {
+      spyre::synchronizeDevice(-1);
+      checkAllDrained();
+    } else if (r < 57) {
+      eventRoundTrip();
+    } else {
+      launch();
+    }
+  }
+
+  bool isOthersPrivate(c10::StreamId id) const {
+    for (c10::StreamId p : private_ids_) {
+      if (p == id && id != priv_.id()) return true;
+    }
+    return false;
+  }
+
+  // A stream other threads launch onto too: the default stream or the last
+  // pool hand-out (unless that is another thread's private stream).
+  SpyreStream sharedTarget() {
+    if (rng_.below(2) == 0 && !isOthersPrivate(last_handed_.id())) return last_handed_;
+    return shared_;
+  }
+
+  void handOut() {
+    static constexpr int kPriorities[] = {0, 1, 7, -1, -3};
+    const int priority = kPriorities[rng_.below(5)];
+    SpyreStream s = spyre::getStreamFromPool(-1, priority);
+    if (priority < 0) {
+      STRESS_CHECK(s.id() >= 33 && s.id() <= 64 && s.priority() == -1,
+                   "high-priority hand-out got id " + std::to_string(s.id()));
+    } else {
+      STRESS_CHECK(s.id() >= 1 && s.id() <= 32 && s.priority() == 0,
+                   "low-priority hand-out got id " + std::to_string(s.id()));
+    }
+    noteHandle(s);
+    last_handed_ = s;
+  }
+
+  void resolve() {
+    const uint64_t r = rng_.below(128);
+    if (r == 0 || r == 1) {
+      // Ids the pool never hands out.
+      const c10::StreamId id = r == 0 ? kIds + static_cast<c10::StreamId>(rng_.below(1000))
+                                      : -1 - static_cast<c10::StreamId>(rng_.below(100));
+      expectError([&] { streamWithId(id).resolveRuntimeHandle(); },
+                  "SpyreStream: no flex handle for stream id " + std::to_string(id) + " on spyre:0");
+      return;
+    }
+    if (r == 2) {
+      expectError([] { streamWithId(1, 1).resolveRuntimeHandle(); },
+                  "Only one Spyre device per process is supported: this process is bound to "
+                  "spyre:0 but spyre:1 was requested");
+      return;
+    }
+    if (r == 3) {
+      expectError([] { SpyreStream(c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::kCPU))); },
+                  "SpyreStream requires a spyre (PrivateUse1) stream, got a stream of device "
+                  "type cpu");
+      return;
+    }
+    const c10::StreamId id = static_cast<c10::StreamId>(rng_.below(kIds));
+    flex::RuntimeStream* known = g_handles[id].load();
+    try {
+      noteHandle(streamWithId(id));
+    } catch (const c10::Error& e) {
+      // Unmapped so far: fine, unless this thread already saw it resolve.
+      STRESS_CHECK(known == nullptr, "mapped id " + std::to_string(id) + " failed to resolve");
+      STRESS_CHECK(contains(e, "no flex handle for stream id " + std::to_string(id)), e.what());
+    }
+  }
+
+  void switchCurrentStream() {
+    const uint64_t r = rng_.below(3);
+    const SpyreStream s = r == 0 ? priv_ : r == 1 ? shared_ : last_handed_;
+    const SpyreStream previous = spyre::setCurrentStream(s);
+    // Per thread: no other thread's switch is ever visible here.
+    STRESS_CHECK(previous.id() == current_, "previous current stream " +
+                                                std::to_string(previous.id()) + ", expected " +
+                                                std::to_string(current_));
+    current_ = s.id();
+    STRESS_CHECK(spyre::getCurrentStream(-1).id() == current_, "current stream not set");
+  }
+
+  void queryOrSynchronize() {
+    switch (rng_.below(4)) {
+      case 0:
+        (void)priv_.query();
+        break;
+      case 1: {
+        priv_.synchronize();
+        checkDrained(priv_.id());
+        // Nobody else launches onto it: now it is idle, exactly.
+        STRESS_CHECK(priv_.query(), "private stream busy after synchronize");
+        flex::RuntimeStream* h = priv_.resolveRuntimeHandle();
+        STRESS_CHECK(h->launchedOps() == h->completedOps(), "ops still pending");
+        break;
+      }
+      case 2: {
+        const SpyreStream s = sharedTarget();
+        (void)s.query();
+        break;
+      }
+      default: {
+        const SpyreStream s = sharedTarget();
+        s.synchronize();
+        checkDrained(s.id());
+      }
+    }
+  }
+
+  // Work on the private stream A, then an event makes work on a shared stream
+  // B wait for it. `value` is plain memory: the event is the only ordering.
+  void eventRoundTrip() {
+    const SpyreStream a = priv_;
+    const SpyreStream b = sharedTarget();
+    auto value = std::make_shared<uint64_t>(0);
+    const uint64_t token = rng_.next() | 1;
+    a.launchHostCallback([value, token] { *value = token; }, "event-producer");
+    flex::RuntimeEvent event(/*enable_timing=*/rng_.below(2) == 0);
+    event.record(a.resolveRuntimeHandle());
+    event.wait(b.resolveRuntimeHandle());
+    b.launchHostCallback(
+        [value, token] {
+          if (*value != token) g_event_violations.fetch_add(1);
+        },
+        "event-consumer");
+    if (rng_.below(4) == 0) {
+      event.synchronize();
+      STRESS_CHECK(event.query(), "event incomplete after synchronize");
+      STRESS_CHECK(*value == token, "event completed before the work it recorded");
+    }
+    // Destroyed here with its record and wait possibly still pending (allowed).
+  }
+
+  void launch() {
+    const uint64_t r = rng_.below(20);
+    if (r < 3) {
+      copyRoundTrip();
+      return;
+    }
+    if (r == 3) {
+      fillRoundTrip();
+      return;
+    }
+    const SpyreStream s = rng_.below(2) == 0 ? priv_ : sharedTarget();
+    if (r == 4) {
+      if (rng_.below(16) == 0) {
+        static constexpr const char* kNames[] = {"-1", "nan", "1e+300"};
+        const uint64_t which = rng_.below(3);
+        const double bad = which == 0 ? -1.0 : which == 1 ? std::nan("") : 1e300;
+        expectError([&] { s.launchDelay(bad); },
+                    "delay must be a finite, non-negative number of milliseconds, at most "
+                    "9.2e+12, got " + std::string(kNames[which]));
+      } else {
+        s.launchDelay(rng_.below(2) == 0 ? 0.0 : 0.001);
+      }
+      return;
+    }
+    launchSequenced(s, r < 12);
+  }
+
+  void launchSequenced(const SpyreStream& s, bool as_compute) {
+    const c10::StreamId id = s.id();
+    const uint64_t seq = launched_[id] + 1;
+    uint64_t* slot = &g_exec[tid_][id];
+    auto fn = [slot, seq] {
+      if (*slot + 1 != seq) g_order_violations.fetch_add(1);
+      *slot = seq;
+    };
+    if (as_compute) {
+      s.launchCompute(fn, "seq", 8);
+    } else {
+      s.launchHostCallback(fn, "seq");
+    }
+    launched_[id] = seq;
+  }
+
+  // H2D, D2D, D2H on the private stream; the values must come back.
+  void copyRoundTrip() {
+    const int32_t base = static_cast<int32_t>(rng_.below(1 << 20));
+    for (size_t i = 0; i < kWords; ++i) src_[i] = base + static_cast<int32_t>(i);
+    dst_.fill(-1);
+    priv_.launchH2D(src_.data(), dev_, kWords * 4);
+    priv_.launchD2D(dev_, dev2_, kWords * 4);
+    priv_.launchD2H(dev2_, dst_.data(), kWords * 4);
+    priv_.synchronize();
+    STRESS_CHECK(dst_ == src_, "copy round trip lost data");
+  }
+
+  void fillRoundTrip() {
+    const int32_t value = static_cast<int32_t>(rng_.below(1000)) - 500;
+    priv_.launchFill(dev_, kWords * 4, value, flex::DataFormats::INT32);
+    priv_.launchD2H(dev_, dst_.data(), kWords * 4);
+    priv_.synchronize();
+    for (size_t i = 0; i < kWords; ++i) {
+      if (dst_[i] != value) {
+        STRESS_CHECK(false, "fill gave " + std::to_string(dst_[i]) + ", expected " +
+                                std::to_string(value));
+        break;
+      }
+    }
+  }
+
+  template <class F>
+  void expectError(F f, const std::string& text) {
+    try {
+      f();
+      STRESS_CHECK(false, "no error, expected: " + text);
+    } catch (const c10::Error& e) {
+      STRESS_CHECK(contains(e, text), "'" + std::string(e.what_without_backtrace()) +
+                                           "' does not contain '" + text + "'");
+      g_expected_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  int tid_;
+  Rng rng_;
+  SpyreStream priv_;
+  std::vector<c10::StreamId> private_ids_;
+  SpyreStream shared_;
+  SpyreStream last_handed_ = spyre::getDefaultStream();
+  c10::StreamId current_ = spyre::kDefaultStreamId;
+  std::array<uint64_t, kIds> launched_{};
+  void* dev_;
+  void* dev2_;
+  std::array<int32_t, kWords> src_{};
+  std::array<int32_t, kWords> dst_{};
+};
+
+template <class F>
+void runThreads(int n, F f) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) threads.emplace_back(f, t);
+  for (auto& thread : threads) thread.join();
+}
+
+int summary(const char* mode) {
+  const uint64_t failures = stress::g_failures.load() + g_order_violations.load() +
+                            g_event_violations.load() + audit::violations();
+  std::printf(
+      "%s: failures=%llu order_violations=%llu event_violations=%llu expected_errors=%llu "
+      "runtime_calls=%llu calls_under_pool_lock=%llu%s%s\n",
+      mode, static_cast<unsigned long long>(stress::g_failures.load()),
+      static_cast<unsigned long long>(g_order_violations.load()),
+      static_cast<unsigned long long>(g_event_violations.load()),
+      static_cast<unsigned long long>(g_expected_errors.load()),
+      static_cast<unsigned long long>(audit::calls()),
+      static_cast<unsigned long long>(audit::violations()),
+      audit::violations() ? " first: " : "", audit::firstViolation().c_str());
+  std::fflush(stdout);
+  return failures == 0 ? 0 : 1;
+}
+
+// Main phase: every thread runs `ops` mixed operations; then the fault phase.
+int stressMode(int64_t ops, uint64_t seed) {
+  spyre::startRuntime();
+  STRESS_CHECK(spyre::SpyreGetDeviceState() == spyre::SpyreDeviceState::Ok, "");
+  g_exec.assign(g_threads, {});
+  // One private stream per thread (ids 1..threads): only its thread launches
+  // onto it, so "idle after synchronize" is exact there.
+  std::vector<SpyreStream> privates;
+  std::vector<c10::StreamId> private_ids;
+  for (int t = 0; t < g_threads; ++t) {
+    privates.push_back(spyre::getStreamFromPool(-1, 0));
+    private_ids.push_back(privates.back().id());
+  }
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int t = 0; t < g_threads; ++t) {
+    workers.push_back(std::make_unique<Worker>(t, privates[t], private_ids, seed));
+  }
+  const auto start = Clock::now();
+  runThreads(g_threads, [&](int t) { workers[t]->run(ops); });
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  spyre::synchronizeDevice(-1);
+  for (auto& w : workers) w->checkAllDrained();
+  STRESS_CHECK(spyre::mappedStreamCount() <= static_cast<size_t>(kIds), "");
+  std::printf("stress: threads=%d ops_per_thread=%lld total_ops=%lld seconds=%.2f\n", g_threads,
+              static_cast<long long>(ops), static_cast<long long>(ops) * g_threads, seconds);
+
+  // Fault phase: every thread faults its private stream at once.
+  runThreads(g_threads, [&](int t) { workers[t]->faults(); });
+  STRESS_CHECK(spyre::SpyreGetDeviceState() == spyre::SpyreDeviceState::StreamError, "");
+  STRESS_CHECK(spyre::getDefaultStream().getError() == spyre::SpyreStreamError::Success, "");
+  spyre::synchronizeDevice(-1);  // every failure was reported already: no throw
+  // A failure nobody reported surfaces from the device synchronize, once.
+  const SpyreStream victim = spyre::getStreamFromPool(-1, -1);
+  flex::test::injectFault(victim.resolveRuntimeHandle(), "device-sync fault");
+  victim.launchDelay(0);
+  int reports = 0;
+  for (int i = 0; i < 2; ++i) {
+    try {
+      spyre::synchronizeDevice(-1);
+    } catch (const std::exception& e) {
+      ++reports;
+      STRESS_CHECK(std::string(e.what()) == "device-sync fault", e.what());
+    }
+  }
+  STRESS_CHECK(reports == 1, "device-sync fault reported " + std::to_string(reports) + " times");
+  STRESS_CHECK(victim.getError() == spyre::SpyreStreamError::Shutdown, "");
+  STRESS_CHECK(std::string(spyre::SpyreStreamGetErrorString(victim.getError())) == "Shutdown", "");
+  std::printf("faults: injected=%d\n", g_threads + 1);
+  workers.clear();
+  return summary("stress");
+}
+
+// Readers resolve handles while one thread first-touches all 64 pool ids and
+// every creation sleeps `slow_ms` (audit.cpp). Were a creation to run under
+// the pool lock, no reader could complete while it is in progress. Checks:
+//  1. while the first creation is in progress, another thread resolves a
+//     handle, reads the map size and takes a hand-out (the write lock): it
+//     finishes before the creation does (a 5 s deadline turns a hang into a
+//     failure);
+//  2. readers complete >= 10 resolutions per creation entirely inside a
+//     creation (same odd audit::creationSeq() before and after); a held lock
+//     makes that count exactly 0, unblocked readers do thousands;
+//  3. the audit: no runtime call under the pool lock.
+// Reader wall-clock latency is printed, not asserted (scheduler noise).
+int lockHoldMode(int slow_ms, int readers) {
+  spyre::startRuntime();
+  STRESS_CHECK(spyre::mappedStreamCount() == 1, "fresh process expected");
+  audit::setSlowCreate(std::chrono::milliseconds(slow_ms));
+  std::atomic<int> probe_result{-1};  // 1: completed during the creation
+  audit::setCreateHook([&] {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    // Detached: were the lock held, the probe could finish only after us.
+    std::thread([done] {
+      (void)spyre::getDefaultStream().resolveRuntimeHandle();
+      (void)spyre::mappedStreamCount();
+      (void)spyre::getStreamFromPool(-1, 0);  // the write lock
+      *done = true;
+    }).detach();
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!*done && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    probe_result = *done ? 1 : 0;
+  });
+  std::atomic<bool> touching{true};
+  std::vector<uint64_t> counts(readers, 0);
+  std::vector<uint64_t> inside(readers, 0);  // completed inside one creation
+  std::vector<double> max_wait_ms(readers, 0);
+  std::thread toucher([&] {
+    for (int i = 0; i < 64; ++i) spyre::getStreamFromPool(-1, i % 2 == 0 ? 0 : -1);
+    touching = false;
+  });
+  const auto start = Clock::now();
+  runThreads(readers, [&](int r) {
+    const SpyreStream s = spyre::getDefaultStream();
+    while (touching.load()) {
+      const uint64_t seq = audit::creationSeq();
+      const auto t0 = Clock::now();
+      (void)s.resolveRuntimeHandle();
+      (void)spyre::getCurrentStream(-1);
+      const double waited = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (seq % 2 == 1 && audit::creationSeq() == seq) ++inside[r];
+      max_wait_ms[r] = std::max(max_wait_ms[r], waited);
+      ++counts[r];
+    }
+  });
+  toucher.join();
+  const double window_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  STRESS_CHECK(probe_result.load() == 1, "a reader or writer waited for a stream creation");
+  // 64 by the toucher; the probe's hand-out maps no extra id (ids repeat round robin).
+  STRESS_CHECK(audit::creations() == 64, "creations=" + std::to_string(audit::creations()));
+  STRESS_CHECK(spyre::mappedStreamCount() == 65, "");
+  uint64_t total = 0, total_inside = 0;
+  double max_wait = 0;
+  for (int r = 0; r < readers; ++r) {
+    total += counts[r];
+    total_inside += inside[r];
+    max_wait = std::max(max_wait, max_wait_ms[r]);
+  }
+  std::printf(
+      "lock-hold: creations=64 slow_create_ms=%d window_ms=%.0f readers=%d "
+      "resolutions=%llu inside_creations=%llu max_reader_wait_ms=%.2f probe=%s\n",
+      slow_ms, window_ms, readers, static_cast<unsigned long long>(total),
+      static_cast<unsigned long long>(total_inside), max_wait,
+      probe_result.load() == 1 ? "ok" : "blocked");
+  STRESS_CHECK(total_inside >= 64 * 10, "readers completed only " + std::to_string(total_inside) +
+                                            " resolutions while a creation was in progress");
+  return summary("lock-hold");
+}
+
+// Clean exit with work queued: a gate that is never released blocks the
+// default stream and a pool stream with work behind it, a 60 s delay occupies
+// another, memory stays allocated. Returning from main must be quick and quiet.
+int exitQueuedMode() {
+  spyre::startRuntime();
+  static auto* gate = new flex::test::Gate();  // leaked: never released
+  auto ran = std::make_shared<std::atomic<int>>(0);
+  for (const SpyreStream& s : {spyre::getDefaultStream(), spyre::getStreamFromPool(-1, 0)}) {
+    gate->enqueueOn(s.resolveRuntimeHandle());
+    for (int i = 0; i < 100; ++i) s.launchHostCallback([ran] { ++*ran; }, "queued");
+  }
+  spyre::getStreamFromPool(-1, -1).launchDelay(60000);
+  (void)spyre::runtimeContext()->allocate(1 << 20);
+  std::printf("exit-queued: returning from main with work queued\n");
+  return summary("exit-queued");
+}
+
+// exit() from a non-main thread while the main thread waits on gated work.
+int exitThreadMode() {
+  spyre::startRuntime();
+  static auto* gate = new flex::test::Gate();
+  const SpyreStream s = spyre::getStreamFromPool(-1, 0);
+  gate->enqueueOn(s.resolveRuntimeHandle());
+  s.launchDelay(1);
+  std::thread([] {
+    while (gate->blockedStreams() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (summary("exit-thread") != 0) std::_Exit(1);
+    std::exit(0);
+  }).detach();
+  s.synchronize();  // returns once the runtime shuts down at exit
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+// exit() while 8 threads are in the middle of the stress mix.
+int exitDuringMode(int64_t ops, uint64_t seed) {
+  spyre::startRuntime();
+  g_exec.assign(g_threads, {});
+  std::vector<c10::StreamId> ids;
+  std::vector<SpyreStream> privates;
+  for (int t = 0; t < g_threads; ++t) {
+    privates.push_back(spyre::getStreamFromPool(-1, 0));
+    ids.push_back(privates.back().id());
+  }
+  g_exiting = true;  // workers swallow "runtime is shut down" errors from now on
+  for (int t = 0; t < g_threads; ++t) {
+    std::thread([t, ops, seed, ids, s = privates[t]] {
+      Worker(t, s, ids, seed).run(ops);
+    }).detach();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::printf("exit-during: exiting with %d threads running\n", g_threads);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_threads = static_cast<int>(stress::option(argc, argv, "--threads", 8));
+  const int64_t ops = stress::option(argc, argv, "--ops", 100000);
+  const uint64_t seed = static_cast<uint64_t>(stress::option(argc, argv, "--seed", 1));
+  const std::string mode = stress::optionString(argc, argv, "--mode", "stress");
+  if (mode == "stress") return stressMode(ops, seed);
+  if (mode == "lock-hold") {
+    return lockHoldMode(static_cast<int>(stress::option(argc, argv, "--slow-create-ms", 20)),
+                        static_cast<int>(stress::option(argc, argv, "--readers", 4)));
+  }
+  if (mode == "exit-queued") return exitQueuedMode();
+  if (mode == "exit-thread") return exitThreadMode();
+  if (mode == "exit-during") return exitDuringMode(ops, seed);
+  std::fprintf(stderr, "unknown --mode '%s'\n", mode.c_str());
+  return 2;
+}
