@@ -43,6 +43,8 @@ KIND_COLORS = {
     "delay": "#DD8452",
     "event_wait": "#DDDDDD",
 }
+# Operations that move data or compute; event records and waits are bookkeeping.
+WORK_KINDS = {"h2d", "d2h", "compute", "delay"}
 KIND_LABELS = {
     "h2d": "copy host to device",
     "d2h": "copy device to host",
@@ -104,10 +106,17 @@ def merge_traces(runs, path):
         with open(run_path) as f:
             ops = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
         os.remove(run_path)
-        origin = min(op["ts"] for op in ops)
         by_stream = {}
         for op in ops:
             by_stream.setdefault(op["tid"], []).append(op)
+        # Only the run's own streams: freeing a block records an event on every
+        # stream that used it (the caching allocator), e.g. the previous run's.
+        by_stream = {
+            tid: stream_ops
+            for tid, stream_ops in by_stream.items()
+            if any(op["cat"] in WORK_KINDS for op in stream_ops)
+        }
+        origin = min(op["ts"] for stream_ops in by_stream.values() for op in stream_ops)
         events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": title}})
         run_lanes = {}
         for tid, stream_ops in sorted(by_stream.items()):
