@@ -15,7 +15,8 @@ import glob  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 
-from setuptools import setup  # noqa: E402
+from setuptools import Extension, setup  # noqa: E402
+import torch  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -44,9 +45,11 @@ class BuildWithFlexStub(BuildExtension):
         )
 
 
-ext = CppExtension(
+# torch_spyre._C: product code only, one folder per layer (docs/development.md).
+LAYERS = ("runtime", "device", "aten", "python")
+native = CppExtension(
     name="torch_spyre._C",
-    sources=sorted(glob.glob("csrc/*.cpp")),
+    sources=sorted(src for layer in LAYERS for src in glob.glob(f"csrc/{layer}/*.cpp")),
     include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, STUB_DIR, "include")],
     libraries=["flex_stub"],
     extra_compile_args=["-O2", "-g0", "-Wno-interference-size"],
@@ -54,8 +57,21 @@ ext = CppExtension(
     extra_link_args=["-Wl,-rpath,$ORIGIN"],
 )
 
+# torch_spyre._testing: the emulator's test facilities (flex/testing.hpp). No
+# torch: pybind11 (shipped in torch's include folder) and the stub only.
+TORCH_INCLUDE = os.path.join(os.path.dirname(torch.__file__), "include")
+testing = Extension(
+    name="torch_spyre._testing",
+    sources=["csrc/testing/module.cpp"],
+    include_dirs=[os.path.join(ROOT, STUB_DIR, "include"), TORCH_INCLUDE],
+    libraries=["flex_stub"],
+    language="c++",
+    extra_compile_args=["-O2", "-g0", "-std=c++17", "-fvisibility=hidden"],
+    extra_link_args=["-Wl,-rpath,$ORIGIN"],
+)
+
 setup(
-    ext_modules=[ext],
+    ext_modules=[native, testing],
     cmdclass={"build_ext": BuildWithFlexStub.with_options(use_ninja=True)},
     package_data={"torch_spyre": [STUB_LIB]},
 )

@@ -1,10 +1,14 @@
 """C++ rows: the stream pool and the stub, each against a reference compiled into
-the same library (csrc/spyre_bench.cpp: R0, R1, R2), run by torch_spyre._C._bench
-without the GIL."""
+the same program (benchmarks/native/bench.cpp: R0, R1, R2). The program is built
+here from csrc/runtime (no ATen, no Python) and the stub, so no benchmark code
+ships in torch_spyre._C; every run is a fresh process."""
 
+import glob
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from measure import REPORT, Row, at_least, at_most, below, median
 
@@ -30,43 +34,83 @@ ROWS = {
 
 # Benchmarks reporting ms of wall time; the others report ns.
 WALL_MS = {"stub.overlap_2_streams", "stub.overlap_32_streams", "stub.same_stream_2_delays"}
-# Benchmarks that need a process in which no pool id was handed out yet,
-# and those of them that can take only one sample per process.
-FRESH_PROCESS = {"pool.first_touch", "stub.round_trip"}
+# Benchmarks that can take only one sample per process (every run is a fresh
+# process; these need one in which no pool id was handed out yet).
 ONCE_PER_PROCESS = {"pool.first_touch"}
 
 
-def in_fresh_processes(bench, iterations, repeats):
-    """Runs `bench` in new interpreters (one per repeat if it can run only once
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD_DIR = os.path.join(ROOT, "build", "bench")
+
+
+def build():
+    """Compile the benchmark program (objects reused while newer than every input)."""
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "third_party", "flex_stub"))
+    import flex_stub_build
+
+    torch_dir = os.path.dirname(torch.__file__)
+    stub_lib = flex_stub_build.build_flex_stub(BUILD_DIR, os.path.join(BUILD_DIR, "obj"))
+    sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "runtime", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join(ROOT, "benchmarks", "native", "*.cpp")))
+    headers = glob.glob(os.path.join(ROOT, "csrc", "runtime", "*.h"))
+    headers += glob.glob(os.path.join(ROOT, "benchmarks", "native", "*.h"))
+    headers += glob.glob(os.path.join(flex_stub_build.INCLUDE_DIR, "flex", "*.hpp"))
+    newest_header = max(os.path.getmtime(h) for h in headers)
+    flags = ["-std=c++20", "-O2", "-g0", "-fPIC", "-pthread", "-Wno-interference-size",
+             "-I", os.path.join(ROOT, "csrc"), "-I", flex_stub_build.INCLUDE_DIR,
+             "-isystem", os.path.join(torch_dir, "include")]
+    obj_dir = os.path.join(BUILD_DIR, "obj")
+
+    def compile_one(src):
+        obj = os.path.join(obj_dir, os.path.basename(os.path.dirname(src)) + "_"
+                           + os.path.basename(src) + ".o")
+        newest = max(os.path.getmtime(src), newest_header)
+        if not os.path.exists(obj) or os.path.getmtime(obj) < newest:
+            subprocess.check_call(["g++", *flags, "-c", src, "-o", obj])
+        return obj
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        objects = list(pool.map(compile_one, sources))
+    binary = os.path.join(BUILD_DIR, "bench")
+    newest_input = max(os.path.getmtime(p) for p in [*objects, stub_lib])
+    if not os.path.exists(binary) or os.path.getmtime(binary) < newest_input:
+        lib = os.path.join(torch_dir, "lib")
+        subprocess.check_call(["g++", "-pthread", *objects, "-o", binary, "-L", BUILD_DIR,
+                               "-lflex_stub", "-L", lib, "-lc10",
+                               f"-Wl,-rpath,{BUILD_DIR}:{lib}"])
+    return binary
+
+
+def bench_names():
+    return subprocess.check_output([build(), "--list"], text=True).split()
+
+
+def run_bench(bench, iterations, repeats):
+    """Runs `bench` in new processes (one per repeat if it can run only once
     per process) and merges the samples."""
+    binary = build()
     once = bench in ONCE_PER_PROCESS
-    code = (
-        "import json, torch_spyre._C as C; "
-        f"print(json.dumps(C._bench({bench!r}, {iterations}, {1 if once else repeats})))"
-    )
     merged = {}
     for _ in range(repeats if once else 1):
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        proc = subprocess.run([binary, bench, str(iterations), str(1 if once else repeats)],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"{bench} failed in a fresh process:\n{proc.stderr}")
+            raise RuntimeError(f"{bench} failed:\n{proc.stderr}")
         for key, values in json.loads(proc.stdout.strip().splitlines()[-1]).items():
             merged.setdefault(key, []).extend(values)
     return merged
 
 
 def rows(quick, repeats, selected):
-    import torch_spyre._C as C
-
     result_rows = []
     for name, (bench, ref_name, target, (full, short)) in ROWS.items():
         if not selected(name):
             continue
         iterations = short if quick else full
-        if bench in FRESH_PROCESS:
-            once = quick and bench in ONCE_PER_PROCESS  # one fresh process is enough to check
-            result = in_fresh_processes(bench, iterations, 1 if once else repeats)
-        else:
-            result = C._bench(bench, iterations, repeats)
+        once = quick and bench in ONCE_PER_PROCESS  # one fresh process is enough to check
+        result = run_bench(bench, iterations, 1 if once else repeats)
         result_rows.append(
             Row(
                 name=name,

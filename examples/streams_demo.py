@@ -29,7 +29,7 @@ import time
 os.environ.setdefault("FLEX_STUB_DMA_GBPS", "0.25")  # 1 MiB takes ~4 ms
 
 import torch  # noqa: E402  (registers torch.spyre)
-from torch_spyre import _C  # noqa: E402  (the stub's trace bindings)
+from torch_spyre import testing  # noqa: E402  (the emulator's trace)
 
 SIZES = {  # chunks, float32 elements per chunk, emulated kernel time (ms)
     "full": (8, 1 << 18, 3.0),
@@ -82,12 +82,12 @@ def timed_run(inputs, streams, kernel_ms, trace_path=None):
     """Wall seconds and the stacked results; records a trace when given a path."""
     outputs = [torch.empty(host_in.shape, dtype=torch.bfloat16).pin_memory() for host_in in inputs]
     if trace_path:
-        _C._trace_start()
+        testing.trace_start()
     start = time.perf_counter()
     pipeline(inputs, outputs, *streams, kernel_ms)
     seconds = time.perf_counter() - start
     if trace_path:
-        _C._trace_stop(trace_path)
+        testing.trace_stop(trace_path)
     return seconds, torch.stack(outputs)
 
 

@@ -6,7 +6,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import DEVICE_ENV
+
+pytestmark = pytest.mark.slow  # runs the whole demo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "examples", "streams_demo.py")

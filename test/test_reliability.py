@@ -28,6 +28,7 @@ def sanitizer_run():
     return proc
 
 
+@pytest.mark.slow
 def test_sanitizers_report_nothing(sanitizer_run):
     out = sanitizer_run.stdout
     assert sanitizer_run.returncode == 0, out + sanitizer_run.stderr
@@ -37,6 +38,7 @@ def test_sanitizers_report_nothing(sanitizer_run):
             assert re.search(rf"^\[{variant}\] {mode}: ok ", out, re.M), (variant, mode, out)
 
 
+@pytest.mark.slow
 def test_plain_stress_runs_the_full_count(sanitizer_run):
     out = sanitizer_run.stdout
     assert "[plain] stress 8x100000: ok" in out, out

@@ -6,7 +6,8 @@ from . import _C
 
 # c10::DeviceType::PrivateUse1, the device type torch uses for spyre.
 DEVICE_TYPE = _C._device_type
-_MAX_DEVICE_INDEX = 127
+# c10::DeviceIndex is an int8_t; the limit is defined once, in C++.
+_MAX_DEVICE_INDEX = _C._max_devices - 1
 
 
 def _device_index(device, *, optional=True) -> int:
@@ -21,7 +22,6 @@ def _device_index(device, *, optional=True) -> int:
             f"of type {type(device).__name__}"
         )
     if isinstance(device, int):
-        # c10::DeviceIndex is an int8_t: larger indices cannot name a device.
         if not 0 <= device <= _MAX_DEVICE_INDEX:
             raise ValueError(
                 f"Invalid device index {device}: expected an index in [0, {_MAX_DEVICE_INDEX}]"

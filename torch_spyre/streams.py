@@ -14,10 +14,10 @@ import torch
 from . import _C
 from ._device import DEVICE_TYPE, _device_index
 
-_FIRST_HIGH_PRIORITY_ID = 33
-# The runtime counts device time in int64 nanoseconds: about 106 days.
-_MAX_SLEEP_MS = 9.2e12
-_LAST_HIGH_PRIORITY_ID = 64
+# Pool ids and limits are defined once, in C++ (csrc/runtime/stream.h).
+_FIRST_HIGH_PRIORITY_ID = _C._first_high_priority_stream_id
+_MAX_SLEEP_MS = _C._max_sleep_ms  # int64 nanoseconds of device time: about 106 days
+_LAST_HIGH_PRIORITY_ID = _C._num_pool_stream_ids - 1
 
 
 class Stream(torch.Stream):

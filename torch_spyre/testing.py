@@ -1,7 +1,14 @@
-"""Test helpers for deterministic asynchronous tests (emulated runtime only)."""
+"""Test helpers for deterministic asynchronous tests (emulated runtime only).
 
-from . import _C
+They drive the emulated runtime's test facilities (torch_spyre._testing, built
+from flex/testing.hpp), not torch_spyre._C: code under test keeps to the API a
+card offers.
+"""
+
+from . import _testing
 from .streams import _check_spyre_stream, current_stream
+
+__all__ = ["Gate", "inject_fault", "trace_start", "trace_stop", "launched_ops", "completed_ops"]
 
 
 class Gate:
@@ -13,13 +20,13 @@ class Gate:
     """
 
     def __init__(self):
-        self._gate = _C._Gate()
+        self._gate = _testing.Gate()
 
     def block(self, stream=None) -> None:
         """Enqueue the gate on `stream` (default: the current stream)."""
         stream = current_stream() if stream is None else stream
         _check_spyre_stream(stream)  # a cpu stream's id would gate a spyre stream
-        self._gate.enqueue(stream.stream_id, stream.device_index)
+        self._gate.enqueue(stream.native_handle)
 
     def release(self) -> None:
         self._gate.release()
@@ -49,4 +56,29 @@ def inject_fault(stream, message: str) -> None:
         raise TypeError(
             f"inject_fault expects a str message, got {message!r} of type {type(message).__name__}"
         )
-    _C._inject_fault(stream.stream_id, stream.device_index, message)
+    _testing.inject_fault(stream.native_handle, message)
+
+
+def trace_start() -> None:
+    """Record every device operation the runtime executes from now on."""
+    _testing.trace_start()
+
+
+def trace_stop(path: str) -> int:
+    """Write the operations recorded since trace_start() to `path` as a Chrome
+    trace (pid = card, tid = flex stream id); returns how many were written."""
+    return _testing.trace_stop(path)
+
+
+def launched_ops(stream=None) -> int:
+    """Operations launched on `stream` (default: the current stream) so far."""
+    stream = current_stream() if stream is None else stream
+    _check_spyre_stream(stream)
+    return _testing.launched_ops(stream.native_handle)
+
+
+def completed_ops(stream=None) -> int:
+    """Operations of `stream` (default: the current stream) that have finished."""
+    stream = current_stream() if stream is None else stream
+    _check_spyre_stream(stream)
+    return _testing.completed_ops(stream.native_handle)

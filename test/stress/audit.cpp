@@ -11,7 +11,7 @@
 
 #include <flex/flex.hpp>
 
-#include "spyre_stream.h"
+#include "runtime/stream.h"
 
 namespace audit {
 namespace {

@@ -19,11 +19,12 @@
 
 #include <c10/util/Exception.h>
 #include <flex/flex.hpp>
+#include <flex/testing.hpp>
 
 #include "audit.hpp"
-#include "spyre_error.h"
-#include "spyre_runtime.h"
-#include "spyre_stream.h"
+#include "runtime/error.h"
+#include "runtime/runtime.h"
+#include "runtime/stream.h"
 #include "stress_util.hpp"
 
 using spyre::SpyreStream;
@@ -148,7 +149,7 @@ class Worker {
                    "got '" + std::string(e.what()) + "'");
     }
     // Healthy streams: the default stream and a high-priority pool stream.
-    for (const SpyreStream& s : {shared_, spyre::getStreamFromPool(-1, -1)}) {
+    for (const SpyreStream& s : {shared_, spyre::getStreamFromPool(-1)}) {
       for (int i = 0; i < 10; ++i) launchSequenced(s, i % 2 == 0);
       s.synchronize();
       checkDrained(s.id());
@@ -204,7 +205,7 @@ class Worker {
   void handOut() {
     static constexpr int kPriorities[] = {0, 1, 7, -1, -3};
     const int priority = kPriorities[rng_.below(5)];
-    SpyreStream s = spyre::getStreamFromPool(-1, priority);
+    SpyreStream s = spyre::getStreamFromPool(priority);
     if (priority < 0) {
       STRESS_CHECK(s.id() >= 33 && s.id() <= 64 && s.priority() == -1,
                    "high-priority hand-out got id " + std::to_string(s.id()));
@@ -272,7 +273,7 @@ class Worker {
         // Nobody else launches onto it: now it is idle, exactly.
         STRESS_CHECK(priv_.query(), "private stream busy after synchronize");
         flex::RuntimeStream* h = priv_.resolveRuntimeHandle();
-        STRESS_CHECK(h->launchedOps() == h->completedOps(), "ops still pending");
+        STRESS_CHECK(flex::test::launchedOps(h) == flex::test::completedOps(h), "ops still pending");
         break;
       }
       case 2: {
@@ -360,9 +361,19 @@ class Worker {
     const int32_t base = static_cast<int32_t>(rng_.below(1 << 20));
     for (size_t i = 0; i < kWords; ++i) src_[i] = base + static_cast<int32_t>(i);
     dst_.fill(-1);
-    priv_.launchH2D(src_.data(), dev_, kWords * 4);
-    priv_.launchD2D(dev_, dev2_, kWords * 4);
-    priv_.launchD2H(dev2_, dst_.data(), kWords * 4);
+    try {
+      priv_.launchH2D(src_.data(), dev_, kWords * 4);
+      priv_.launchD2D(dev_, dev2_, kWords * 4);
+      priv_.launchD2H(dev2_, dst_.data(), kWords * 4);
+    } catch (...) {
+      // A rejected launch (shutdown) must not let the next round trip rewrite
+      // host buffers an accepted copy may still be reading: drain first.
+      try {
+        priv_.synchronize();
+      } catch (...) {
+      }
+      throw;
+    }
     priv_.synchronize();
     STRESS_CHECK(dst_ == src_, "copy round trip lost data");
   }
@@ -441,7 +452,7 @@ int stressMode(int64_t ops, uint64_t seed) {
   std::vector<SpyreStream> privates;
   std::vector<c10::StreamId> private_ids;
   for (int t = 0; t < g_threads; ++t) {
-    privates.push_back(spyre::getStreamFromPool(-1, 0));
+    privates.push_back(spyre::getStreamFromPool(0));
     private_ids.push_back(privates.back().id());
   }
   std::vector<std::unique_ptr<Worker>> workers;
@@ -463,7 +474,7 @@ int stressMode(int64_t ops, uint64_t seed) {
   STRESS_CHECK(spyre::getDefaultStream().getError() == spyre::SpyreStreamError::Success, "");
   spyre::synchronizeDevice(-1);  // every failure was reported already: no throw
   // A failure nobody reported surfaces from the device synchronize, once.
-  const SpyreStream victim = spyre::getStreamFromPool(-1, -1);
+  const SpyreStream victim = spyre::getStreamFromPool(-1);
   flex::test::injectFault(victim.resolveRuntimeHandle(), "device-sync fault");
   victim.launchDelay(0);
   int reports = 0;
@@ -506,7 +517,7 @@ int lockHoldMode(int slow_ms, int readers) {
     std::thread([done] {
       (void)spyre::getDefaultStream().resolveRuntimeHandle();
       (void)spyre::mappedStreamCount();
-      (void)spyre::getStreamFromPool(-1, 0);  // the write lock
+      (void)spyre::getStreamFromPool(0);  // the write lock
       *done = true;
     }).detach();
     const auto deadline = Clock::now() + std::chrono::seconds(5);
@@ -518,7 +529,7 @@ int lockHoldMode(int slow_ms, int readers) {
   std::vector<uint64_t> inside(readers, 0);  // completed inside one creation
   std::vector<double> max_wait_ms(readers, 0);
   std::thread toucher([&] {
-    for (int i = 0; i < 64; ++i) spyre::getStreamFromPool(-1, i % 2 == 0 ? 0 : -1);
+    for (int i = 0; i < 64; ++i) spyre::getStreamFromPool(i % 2 == 0 ? 0 : -1);
     touching = false;
   });
   const auto start = Clock::now();
@@ -566,11 +577,11 @@ int exitQueuedMode() {
   spyre::startRuntime();
   static auto* gate = new flex::test::Gate();  // leaked: never released
   auto ran = std::make_shared<std::atomic<int>>(0);
-  for (const SpyreStream& s : {spyre::getDefaultStream(), spyre::getStreamFromPool(-1, 0)}) {
+  for (const SpyreStream& s : {spyre::getDefaultStream(), spyre::getStreamFromPool(0)}) {
     gate->enqueueOn(s.resolveRuntimeHandle());
     for (int i = 0; i < 100; ++i) s.launchHostCallback([ran] { ++*ran; }, "queued");
   }
-  spyre::getStreamFromPool(-1, -1).launchDelay(60000);
+  spyre::getStreamFromPool(-1).launchDelay(60000);
   (void)spyre::runtimeContext()->allocate(1 << 20);
   std::printf("exit-queued: returning from main with work queued\n");
   return summary("exit-queued");
@@ -580,7 +591,7 @@ int exitQueuedMode() {
 int exitThreadMode() {
   spyre::startRuntime();
   static auto* gate = new flex::test::Gate();
-  const SpyreStream s = spyre::getStreamFromPool(-1, 0);
+  const SpyreStream s = spyre::getStreamFromPool(0);
   gate->enqueueOn(s.resolveRuntimeHandle());
   s.launchDelay(1);
   std::thread([] {
@@ -599,7 +610,7 @@ int exitDuringMode(int64_t ops, uint64_t seed) {
   std::vector<c10::StreamId> ids;
   std::vector<SpyreStream> privates;
   for (int t = 0; t < g_threads; ++t) {
-    privates.push_back(spyre::getStreamFromPool(-1, 0));
+    privates.push_back(spyre::getStreamFromPool(0));
     ids.push_back(privates.back().id());
   }
   g_exiting = true;  // workers swallow "runtime is shut down" errors from now on

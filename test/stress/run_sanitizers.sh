@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the flex stub, csrc/spyre_{runtime,stream,error}.cpp and the stress
+# Build the flex stub, csrc/runtime/*.cpp (no ATen) and the stress
 # program (test/stress/pool_stress.cpp) three ways -- plain, ThreadSanitizer,
 # AddressSanitizer+UBSan -- run every mode of the program, and report findings.
 # No Python extension is involved: the program needs c10 headers and libc10.
@@ -32,9 +32,9 @@ read -r TORCH_INC TORCH_LIB < <(python -c \
   "import os, torch; p = os.path.dirname(torch.__file__); print(p + '/include', p + '/lib')")
 CXX=${CXX:-g++}
 STUB_SRC=(third_party/flex_stub/src/*.cpp)
-SPYRE_SRC=(csrc/spyre_runtime.cpp csrc/spyre_stream.cpp csrc/spyre_error.cpp)
+SPYRE_SRC=(csrc/runtime/*.cpp)
 STRESS_SRC=(test/stress/pool_stress.cpp test/stress/audit.cpp)
-HEADERS=(third_party/flex_stub/include/flex/*.hpp third_party/flex_stub/src/*.hpp csrc/*.h
+HEADERS=(third_party/flex_stub/include/flex/*.hpp third_party/flex_stub/src/*.hpp csrc/runtime/*.h
          test/stress/*.hpp "$0")
 # Every runtime entry point named in audit.cpp is wrapped (see audit.hpp).
 WRAPS=$(sed -n 's/^\(WRAP\|\/\/ WRAP-BY-HAND\)(\(_Z[A-Za-z0-9_]*\).*/-Wl,--wrap=\2/p' test/stress/audit.cpp)

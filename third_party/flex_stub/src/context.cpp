@@ -48,7 +48,7 @@ RuntimeContext::RuntimeContext(int logical_device) {
   std::string trace_path = detail::envValue("FLEX_STUB_TRACE").value_or("");
   impl_ = std::make_unique<Impl>(logical_device, getCardIndex(logical_device), scheduler_config,
                                  memory_bytes, std::move(trace_path));
-  impl_->streams.push_back(std::make_unique<RuntimeStream>(
+  impl_->streams.emplace_back(new RuntimeStream(
       std::make_unique<RuntimeStream::Impl>(impl_.get(), 0, RuntimeStreamPriority::NORMAL)));
   impl_->default_stream = impl_->streams.back().get();
   if (!impl_->trace_path.empty()) detail::trace::start();
@@ -95,8 +95,8 @@ RuntimeStream* RuntimeContext::createStream(RuntimeStreamPriority priority,
   detail::checkNotForkedChild();
   std::lock_guard<std::mutex> lock(impl_->streams_mutex);
   const uint64_t id = impl_->streams.size();
-  impl_->streams.push_back(std::make_unique<RuntimeStream>(
-      std::make_unique<RuntimeStream::Impl>(impl_.get(), id, priority)));
+  impl_->streams.emplace_back(
+      new RuntimeStream(std::make_unique<RuntimeStream::Impl>(impl_.get(), id, priority)));
   return impl_->streams.back().get();
 }
 

@@ -13,6 +13,13 @@
 
 namespace flex {
 
+// The context's owning pointer to a stream (RuntimeStream's destructor is
+// private: only the context may destroy a stream, and it never does while the
+// process runs).
+struct StreamDeleter {
+  void operator()(RuntimeStream* stream) const { delete stream; }
+};
+
 struct RuntimeContext::Impl {
   Impl(int device, int card, const detail::SchedulerConfig& scheduler_config,
        size_t memory_bytes, std::string trace_path);
@@ -24,7 +31,7 @@ struct RuntimeContext::Impl {
   detail::Memory memory;
 
   std::mutex streams_mutex;
-  std::vector<std::unique_ptr<RuntimeStream>> streams;  // index == stream id
+  std::vector<std::unique_ptr<RuntimeStream, StreamDeleter>> streams;  // index == stream id
   RuntimeStream* default_stream = nullptr;
   std::atomic<int> failed_streams{0};
 };

@@ -5,6 +5,8 @@
 // in launch order, so completed >= n means the first n launched have finished.
 #include <algorithm>
 
+#include "flex/testing.hpp"
+
 #include "clock.hpp"
 #include "context_impl.hpp"
 #include "lifecycle.hpp"
@@ -131,12 +133,15 @@ std::string RuntimeStream::errorMessage() const {
 RuntimeStreamPriority RuntimeStream::priority() const { return impl_->priority; }
 uint64_t RuntimeStream::streamId() const { return impl_->id; }
 
-uint64_t RuntimeStream::launchedOps() const {
-  return impl_->launched.load(std::memory_order_acquire);
+namespace test {
+
+uint64_t launchedOps(const RuntimeStream* stream) {
+  return stream->impl()->launched.load(std::memory_order_acquire);
 }
 
-uint64_t RuntimeStream::completedOps() const {
-  return impl_->completed.load(std::memory_order_acquire);
+uint64_t completedOps(const RuntimeStream* stream) {
+  return stream->impl()->completed.load(std::memory_order_acquire);
 }
 
+}  // namespace test
 }  // namespace flex

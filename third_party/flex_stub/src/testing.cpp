@@ -1,4 +1,6 @@
 // Test facilities: gates, per-stream fault injection, programmatic tracing.
+#include "flex/testing.hpp"
+
 #include "clock.hpp"
 #include "context_impl.hpp"
 #include "stream_impl.hpp"

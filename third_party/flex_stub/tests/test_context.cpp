@@ -1,5 +1,6 @@
 // Context ownership, stream creation, ids and configuration errors.
 #include <atomic>
+#include <type_traits>
 #include <vector>
 
 #include "util.hpp"
@@ -7,6 +8,12 @@
 using flex::RuntimeContext;
 using flex::RuntimeStream;
 using flex::RuntimeStreamPriority;
+
+// Ownership is enforced by the compiler: only the runtime creates or destroys
+// a context or a stream.
+static_assert(!std::is_destructible_v<RuntimeContext>, "callers must not delete a context");
+static_assert(!std::is_destructible_v<RuntimeStream>, "callers must not delete a stream");
+static_assert(!std::is_copy_constructible_v<RuntimeStream>, "streams are not copyable");
 
 TEST(context_get_is_null_before_create) {
   CHECK(RuntimeContext::get() == nullptr);

@@ -50,7 +50,7 @@ TEST(gate_release_twice_is_harmless_and_released_gate_passes) {
   stream->synchronize();
   gate.enqueueOn(stream);
   stream->synchronize();
-  CHECK_EQ(stream->completedOps(), 2u);
+  CHECK_EQ(flex::test::completedOps(stream), 2u);
 }
 
 TEST(gate_destroyed_unreleased_releases) {

@@ -341,5 +341,5 @@ TEST(launch_validation_names_the_bad_values) {
   context->deallocate(dev);
   DmaParams freed(host.data(), 16, true, &address);
   CHECK_THROWS_MSG(stream->launchOperationH2D(&freed), "is not inside one live allocation");
-  CHECK_EQ(stream->launchedOps(), 0u);
+  CHECK_EQ(flex::test::launchedOps(stream), 0u);
 }

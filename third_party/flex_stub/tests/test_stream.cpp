@@ -41,10 +41,10 @@ TEST(stream_query_false_while_last_op_runs) {
   });
   WAIT_UNTIL(started.load());
   CHECK(!stream->query());
-  CHECK_EQ(stream->completedOps(), 0u);
+  CHECK_EQ(flex::test::completedOps(stream), 0u);
   finish = true;
   WAIT_UNTIL(stream->query());
-  CHECK_EQ(stream->completedOps(), 1u);
+  CHECK_EQ(flex::test::completedOps(stream), 1u);
 }
 
 TEST(stream_synchronize_waits_for_everything_launched_before) {
@@ -55,21 +55,21 @@ TEST(stream_synchronize_waits_for_everything_launched_before) {
   stream->synchronize();
   CHECK_EQ(done.load(), 100);
   CHECK(stream->query());
-  CHECK_EQ(stream->launchedOps(), 101u);
-  CHECK_EQ(stream->completedOps(), 101u);
+  CHECK_EQ(flex::test::launchedOps(stream), 101u);
+  CHECK_EQ(flex::test::completedOps(stream), 101u);
 }
 
 TEST(stream_idle_synchronize_is_fast_and_enqueues_nothing) {
   RuntimeStream* stream = util::context()->createStream();
   util::callback(stream, [] {});
   stream->synchronize();
-  const uint64_t launched = stream->launchedOps();
+  const uint64_t launched = flex::test::launchedOps(stream);
   const int iterations = 200000;
   const auto start = util::Clock::now();
   for (int i = 0; i < iterations; ++i) stream->synchronize();
   const double ns_per_call = util::msSince(start) * 1e6 / iterations;
-  CHECK_EQ(stream->launchedOps(), launched);
-  CHECK_EQ(stream->completedOps(), launched);
+  CHECK_EQ(flex::test::launchedOps(stream), launched);
+  CHECK_EQ(flex::test::completedOps(stream), launched);
   CHECK(ns_per_call < 1000);
 }
 
@@ -77,7 +77,7 @@ TEST(stream_synchronize_on_fresh_stream_returns) {
   RuntimeStream* stream = util::context()->createStream();
   stream->synchronize();
   CHECK(stream->query());
-  CHECK_EQ(stream->launchedOps(), 0u);
+  CHECK_EQ(flex::test::launchedOps(stream), 0u);
 }
 
 TEST(streams_run_concurrently) {
@@ -150,7 +150,7 @@ TEST(stream_parked_on_event_holds_no_engine) {
   util::callback(consumer, [] {});
   // The only engine moves straight on to the consumer's wait: were it to block
   // there instead of parking, `other` would never run.
-  WAIT_UNTIL(consumer->completedOps() == 1);
+  WAIT_UNTIL(flex::test::completedOps(consumer) == 1);
   std::atomic<int> done{0};
   for (int i = 0; i < 10; ++i) util::callback(other, [&done] { ++done; });
   other->synchronize();
@@ -214,16 +214,16 @@ TEST(engines_unlimited_by_default_every_stream_runs_at_once) {
 
 TEST(stream_counters_track_launches_and_completions) {
   RuntimeStream* stream = util::context()->createStream();
-  CHECK_EQ(stream->launchedOps(), 0u);
+  CHECK_EQ(flex::test::launchedOps(stream), 0u);
   Gate gate;
   gate.enqueueOn(stream);
   for (int i = 0; i < 5; ++i) util::callback(stream, [] {});
-  CHECK_EQ(stream->launchedOps(), 6u);
+  CHECK_EQ(flex::test::launchedOps(stream), 6u);
   WAIT_UNTIL(gate.blockedStreams() == 1);
-  CHECK_EQ(stream->completedOps(), 0u);
+  CHECK_EQ(flex::test::completedOps(stream), 0u);
   gate.release();
   stream->synchronize();
-  CHECK_EQ(stream->completedOps(), 6u);
+  CHECK_EQ(flex::test::completedOps(stream), 6u);
 }
 
 TEST(stream_synchronize_sleeps_instead_of_spinning) {

@@ -52,7 +52,7 @@ TEST(threads_launch_record_wait_and_sync_concurrently) {
   CHECK_EQ(order_errors.load(), 0);
   CHECK_EQ(early_waits.load(), 0);
   CHECK_EQ(shared_ops.load(), threads * rounds);
-  CHECK_EQ(shared->launchedOps(), shared->completedOps());
+  CHECK_EQ(flex::test::launchedOps(shared), flex::test::completedOps(shared));
   CHECK(!context->hasStreamError());
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "flex/flex.hpp"
+#include "flex/testing.hpp"
 #include "harness.hpp"
 
 namespace util {

@@ -205,16 +205,18 @@ class RuntimeStream {
   RuntimeStreamPriority priority() const;
   uint64_t streamId() const;
 
-  // Number of operations launched / completed so far (for tests and benchmarks).
-  uint64_t launchedOps() const;
-  uint64_t completedOps() const;
-
   struct Impl;
-  explicit RuntimeStream(std::unique_ptr<Impl> impl);
-  ~RuntimeStream();
   Impl* impl() const { return impl_.get(); }
 
  private:
+  // Created and destroyed by the context only: a caller can neither make nor
+  // delete a stream (the context owns every stream it hands out).
+  friend class RuntimeContext;
+  friend struct StreamDeleter;  // the context's owning pointers (src/context_impl.hpp)
+  explicit RuntimeStream(std::unique_ptr<Impl> impl);
+  ~RuntimeStream();
+  RuntimeStream(const RuntimeStream&) = delete;
+  RuntimeStream& operator=(const RuntimeStream&) = delete;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -256,44 +258,14 @@ class RuntimeContext {
 
   struct Impl;
   Impl* impl() const { return impl_.get(); }
-  ~RuntimeContext();
 
  private:
+  // The library owns the context until process exit: no caller deletes it.
   explicit RuntimeContext(int logical_device);
+  ~RuntimeContext();
+  RuntimeContext(const RuntimeContext&) = delete;
+  RuntimeContext& operator=(const RuntimeContext&) = delete;
   std::unique_ptr<Impl> impl_;
 };
 
-// ---------------------------------------------------------------- testing
-// Facilities for deterministic tests and fault injection. They are part of the
-// stub only; code that must run on a card does not use them.
-namespace test {
-
-// A gate blocks every stream it was enqueued on until the host releases it.
-// Releasing twice is harmless; destroying an unreleased gate releases it.
-class Gate {
- public:
-  Gate();
-  ~Gate();
-  Gate(const Gate&) = delete;
-  Gate& operator=(const Gate&) = delete;
-  void enqueueOn(RuntimeStream* stream);
-  void release();
-  // Number of streams currently blocked at this gate (reached it, not released).
-  int blockedStreams() const;
-
-  struct State;
- private:
-  std::shared_ptr<State> state_;
-};
-
-// Make the next operation executed on `stream` fail with `message`.
-void injectFault(RuntimeStream* stream, const std::string& message);
-
-// Chrome trace (also driven by FLEX_STUB_TRACE=path.json at process exit).
-void startTrace();
-// Write everything recorded since startTrace() to `path`; returns the number of
-// operations written.
-size_t stopTrace(const std::string& path);
-
-}  // namespace test
 }  // namespace flex

@@ -19,10 +19,10 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include "spyre_allocator.h"
-#include "spyre_generator.h"
-#include "spyre_runtime.h"
-#include "spyre_stream.h"
+#include "device/allocator.h"
+#include "device/generator.h"
+#include "runtime/runtime.h"
+#include "runtime/stream.h"
 
 namespace spyre {
 namespace {

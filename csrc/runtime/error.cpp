@@ -1,6 +1,6 @@
-#include "spyre_error.h"
+#include "runtime/error.h"
 
-#include "spyre_runtime.h"
+#include "runtime/runtime.h"
 
 namespace spyre {
 

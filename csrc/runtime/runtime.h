@@ -26,7 +26,12 @@ struct GlobalRuntime {
   static void reset();
 };
 
-// Visible Spyre devices (flex::getNumDevices()). Throws on a malformed
+// Device indices are c10::DeviceIndex (int8_t): at most this many devices, with
+// indices in [0, kMaxDevices). Every narrowing to c10::DeviceIndex is checked
+// against it.
+constexpr int kMaxDevices = 127;
+
+// Visible Spyre devices (flex::getNumDevices()); more than kMaxDevices is an error. Throws on a malformed
 // SPYRE_DEVICES / AIU_WORLD_SIZE / LOCAL_WORLD_SIZE / FLEX_STUB_CARDS.
 c10::DeviceIndex deviceCount();
 // Same, but 0 instead of throwing (for noexcept callers).
@@ -45,6 +50,7 @@ void setCurrentDeviceUnchecked(c10::DeviceIndex index) noexcept;
 void startRuntime();
 // GlobalRuntime::reset(); see the header comment for what remains usable.
 void freeRuntime();
+// True while the runtime runs: started, and not freed by freeRuntime().
 bool isRuntimeStarted();
 bool isInBadFork();
 // Called (once, on the starting thread) after the runtime started. The Python
@@ -80,25 +86,5 @@ inline c10::DeviceIndex ensureDevice(c10::DeviceIndex index) {
 // The device this process is bound to, starting the runtime if needed.
 c10::DeviceIndex boundDevice();
 
-// Process exit. A thread blocked in a runtime wait (stream, device or event
-// synchronize; the allocator's wait for pending frees) can be woken while the
-// process is exiting: by the flex
-// runtime's shutdown at exit(), or during interpreter finalization when a
-// finalized object releases what it waited for. Such a thread must not return
-// to its caller: a Python daemon thread would re-take the GIL of a finalizing
-// interpreter, and CPython ends it with pthread_exit from inside a noexcept
-// destructor, which aborts the whole process ("terminate called without an
-// active exception"). parkIfExiting(), called after every blocking runtime
-// wait, parks such a thread until the process is gone. It parks when
-//   - exit() is running on another thread (flag set by an atexit handler
-//     registered when the runtime starts, so it runs before the runtime's own
-//     shutdown wakes the waiters), or
-//   - the check installed by setExitParkCheck() says so (the Python bindings:
-//     the interpreter is finalizing and this is a Python thread other than
-//     the main thread).
-// The thread running exit() or the finalization is never parked.
-// docs/reliability.md, "Teardown order", has the whole sequence.
-void parkIfExiting() noexcept;
-void setExitParkCheck(bool (*check)() noexcept);
 
 }  // namespace spyre

@@ -8,11 +8,11 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
-#include "spyre_bench.h"
-#include "spyre_error.h"
-#include "spyre_generator.h"
-#include "spyre_runtime.h"
-#include "spyre_stream.h"
+#include "runtime/error.h"
+#include "runtime/host_wait.h"
+#include "device/generator.h"
+#include "runtime/runtime.h"
+#include "runtime/stream.h"
 
 namespace py = pybind11;
 
@@ -25,19 +25,17 @@ StreamKey key(const SpyreStream& stream) {
   return {stream.id(), static_cast<int>(stream.device_index())};
 }
 
-SpyreStream fromKey(c10::StreamId id, int device_index) {
-  return SpyreStream(c10::Stream(c10::Stream::UNSAFE,
-                                 c10::Device(c10::DeviceType::PrivateUse1,
-                                             static_cast<c10::DeviceIndex>(device_index)),
-                                 id));
+// Every device index from Python is checked before it narrows to
+// c10::DeviceIndex (an int8_t: 256 would wrap to spyre:0).
+c10::DeviceIndex deviceArg(int64_t index) {
+  TORCH_CHECK(index >= -1 && index < kMaxDevices, "Invalid device index ", index,
+              ": expected -1 (current device) or an index in [0, ", kMaxDevices - 1, "]");
+  return static_cast<c10::DeviceIndex>(index);
 }
 
-c10::DeviceIndex deviceArg(int index) {
-  TORCH_CHECK(index >= -1 && index <= std::numeric_limits<c10::DeviceIndex>::max(),
-              "Invalid device index ", index,
-              ": expected -1 (current device) or an index in [0, ",
-              static_cast<int>(std::numeric_limits<c10::DeviceIndex>::max()), "]");
-  return static_cast<c10::DeviceIndex>(index);
+SpyreStream fromKey(c10::StreamId id, int64_t device_index) {
+  return SpyreStream(c10::Stream(
+      c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, deviceArg(device_index)), id));
 }
 
 void bindRuntime(py::module_& m) {
@@ -49,21 +47,31 @@ void bindRuntime(py::module_& m) {
   m.def("_is_in_bad_fork", &isInBadFork);
   m.def("device_count", [] { return static_cast<int>(deviceCount()); });
   m.def("current_device", [] { return static_cast<int>(currentDevice()); });
-  m.def("set_device", [](int index) { setCurrentDevice(deviceArg(index)); });
+  m.def("set_device", [](int64_t index) { setCurrentDevice(deviceArg(index)); });
+  // Limits and ids defined once, in C++; torch_spyre reads them from here.
+  m.attr("_max_devices") = static_cast<int>(kMaxDevices);
   m.def("_bound_device", [] { return static_cast<int>(boundDevice()); });
 }
 
 void bindStreams(py::module_& m) {
+  m.attr("_default_stream_id") = kDefaultStreamId;
+  m.attr("_first_low_priority_stream_id") = kFirstLowPriorityStreamId;
+  m.attr("_first_high_priority_stream_id") = kFirstHighPriorityStreamId;
+  m.attr("_num_pool_stream_ids") = kNumPoolStreamIds;
+  m.attr("_low_priority") = kLowPriority;
+  m.attr("_high_priority") = kHighPriority;
+  m.attr("_max_sleep_ms") = kMaxDelayMilliseconds;
   m.def("_get_stream_from_pool",
-        [](int device, int priority) { return key(getStreamFromPool(deviceArg(device), priority)); },
+        [](int64_t device, int priority) {
+          return key(getStreamFromPool(priority, deviceArg(device)));
+        },
         py::arg("device"), py::arg("priority"));
-  m.def("_current_stream", [](int device) { return key(getCurrentStream(deviceArg(device))); });
-  m.def("_default_stream", [](int device) { return key(getDefaultStream(deviceArg(device))); });
-  m.def("_set_current_stream", [](c10::StreamId id, int device) {
+  m.def("_current_stream", [](int64_t device) { return key(getCurrentStream(deviceArg(device))); });
+  m.def("_default_stream", [](int64_t device) { return key(getDefaultStream(deviceArg(device))); });
+  m.def("_set_current_stream", [](c10::StreamId id, int64_t device) {
     return key(setCurrentStream(fromKey(id, device)));
   });
-  m.def("_synchronize", [](int device) { synchronizeDevice(deviceArg(device)); },
-        py::call_guard<py::gil_scoped_release>());
+  m.def("_synchronize", [](int64_t device) { synchronizeDevice(deviceArg(device)); });
   m.def("_sleep", [](double milliseconds) { getCurrentStream(-1).launchDelay(milliseconds); });
   m.def("_mapped_stream_count", &mappedStreamCount);
 }
@@ -87,7 +95,7 @@ void bindEvents(py::module_& m) {
 // Plain ints cross the boundary; torch_spyre/errors.py wraps them in IntEnums.
 void bindErrors(py::module_& m) {
   m.def("_get_device_state", [] { return static_cast<int>(SpyreGetDeviceState()); });
-  m.def("_stream_get_error", [](c10::StreamId id, int device) {
+  m.def("_stream_get_error", [](c10::StreamId id, int64_t device) {
     return static_cast<int>(SpyreStreamGetError(fromKey(id, device)));
   });
   m.def("_stream_get_error_string", [](int error) {
@@ -96,7 +104,7 @@ void bindErrors(py::module_& m) {
 }
 
 void bindGenerators(py::module_& m) {
-  m.def("_get_default_generator", [](int device) {
+  m.def("_get_default_generator", [](int64_t device) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(defaultGenerator(deviceArg(device))));
   });
@@ -143,31 +151,6 @@ void bindHostMemory(py::module_& m) {
         [] { at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_peak_stats(); });
 }
 
-void bindTesting(py::module_& m) {
-  py::class_<flex::test::Gate>(m, "_Gate")
-      .def(py::init<>())
-      .def("enqueue",
-           [](flex::test::Gate& gate, c10::StreamId id, int device) {
-             gate.enqueueOn(fromKey(id, device).resolveRuntimeHandle());
-           })
-      .def("release", &flex::test::Gate::release)
-      .def_property_readonly("blocked_streams", &flex::test::Gate::blockedStreams);
-  // The stub's Chrome trace of device operations (pid = card, tid = flex stream id).
-  m.def("_trace_start", &flex::test::startTrace);
-  m.def("_trace_stop", &flex::test::stopTrace, py::arg("path"));
-  // The next operation the runtime executes on the stream fails with `message`.
-  m.def("_inject_fault", [](c10::StreamId id, int device, const std::string& message) {
-    flex::test::injectFault(fromKey(id, device).resolveRuntimeHandle(), message);
-  });
-}
-
-void bindBenchmarks(py::module_& m) {
-  m.def("_bench", &runBenchmark, py::arg("name"), py::arg("iterations"), py::arg("repeats") = 7,
-        py::call_guard<py::gil_scoped_release>(),
-        "Run a C++ microbenchmark against its reference: {series name: [samples]}.");
-  m.def("_bench_names", &benchmarkNames);
-}
-
 }  // namespace
 }  // namespace spyre
 
@@ -189,6 +172,19 @@ bool mustNotReturnToPython() noexcept {
          PyThread_get_thread_ident() != main_thread_ident;
 }
 
+// Host waits release the GIL (runtime/host_wait.h): an engine thread or
+// another Python thread may need it to finish what this thread waits for.
+void waitWithoutGil(HostWaitFn fn, void* arg) noexcept {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    PyThreadState* state = PyEval_SaveThread();
+    fn(arg);
+    parkIfExiting();  // before re-taking the GIL: a finalizing interpreter would end the thread
+    PyEval_RestoreThread(state);
+  } else {
+    fn(arg);
+  }
+}
+
 }  // namespace
 }  // namespace spyre
 
@@ -202,12 +198,11 @@ PYBIND11_MODULE(_C, m) {
   spyre::main_thread_ident =
       py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   spyre::setExitParkCheck(&spyre::mustNotReturnToPython);
+  spyre::setHostWaitWrapper(&spyre::waitWithoutGil);
   spyre::bindRuntime(m);
   spyre::bindStreams(m);
   spyre::bindEvents(m);
   spyre::bindErrors(m);
   spyre::bindGenerators(m);
   spyre::bindHostMemory(m);
-  spyre::bindTesting(m);
-  spyre::bindBenchmarks(m);
 }

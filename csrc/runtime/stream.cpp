@@ -1,4 +1,4 @@
-#include "spyre_stream.h"
+#include "runtime/stream.h"
 
 #include <array>
 #include <chrono>
@@ -13,8 +13,9 @@
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
 
-#include "spyre_error.h"
-#include "spyre_runtime.h"
+#include "runtime/error.h"
+#include "runtime/host_wait.h"
+#include "runtime/runtime.h"
 
 namespace spyre {
 
@@ -139,7 +140,7 @@ SpyreStream::SpyreStream(c10::Stream stream) : stream_(stream) {
 }
 
 int SpyreStream::priority() const {
-  return id() >= kFirstHighPriorityStreamId && id() < kNumPoolStreamIds ? -1 : 0;
+  return id() >= kFirstHighPriorityStreamId && id() < kNumPoolStreamIds ? kHighPriority : kLowPriority;
 }
 
 flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
@@ -160,13 +161,7 @@ bool SpyreStream::query() const {
 
 void SpyreStream::synchronize() const {
   flex::RuntimeStream* handle = resolveRuntimeHandle();
-  try {
-    handle->synchronize();
-  } catch (...) {
-    parkIfExiting();
-    throw;
-  }
-  parkIfExiting();  // woken because the process exits: do not return
+  waitForDevice([handle] { handle->synchronize(); });
 }
 
 SpyreStreamError SpyreStream::getError() const {
@@ -201,7 +196,7 @@ void SpyreStream::launchD2D(const void* src, void* dst, size_t nbytes) const {
 void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size_t bytes) const {
   flex::ComputeParams params;
   params.fn = std::move(fn);
-  params.name = name;
+  params.name = name != nullptr ? name : "compute";
   params.bytes = bytes;
   resolveRuntimeHandle()->launchOperationCompute(&params);
 }
@@ -209,7 +204,7 @@ void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size
 void SpyreStream::launchHostCallback(std::function<void()> fn, const char* name) const {
   flex::HostCallbackParams params;
   params.fn = std::move(fn);
-  params.name = name;
+  params.name = name != nullptr ? name : "host_callback";
   resolveRuntimeHandle()->launchOperationHostCallback(&params);
 }
 
@@ -220,11 +215,10 @@ void SpyreStream::launchFill(void* device, size_t nbytes, double value,
 }
 
 void SpyreStream::launchDelay(double milliseconds) const {
-  // The runtime takes int64 nanoseconds: larger values would wrap negative.
-  constexpr double kMaxMilliseconds = 9.2e12;
-  TORCH_CHECK(std::isfinite(milliseconds) && milliseconds >= 0 && milliseconds <= kMaxMilliseconds,
+  TORCH_CHECK(std::isfinite(milliseconds) && milliseconds >= 0 &&
+                  milliseconds <= kMaxDelayMilliseconds,
               "delay must be a finite, non-negative number of milliseconds, at most ",
-              kMaxMilliseconds, ", got ", milliseconds);
+              kMaxDelayMilliseconds, ", got ", milliseconds);
   resolveRuntimeHandle()->launchOperationDelay(
       std::chrono::nanoseconds(std::llround(milliseconds * 1e6)));
 }
@@ -234,7 +228,7 @@ std::ostream& operator<<(std::ostream& os, const SpyreStream& stream) {
             << ", id=" << stream.id() << ")";
 }
 
-SpyreStream getStreamFromPool(c10::DeviceIndex device, int priority) {
+SpyreStream getStreamFromPool(int priority, c10::DeviceIndex device) {
   device = ensureDevice(device);
   StreamPool& pool = streamPool();
   const bool high_priority = priority < 0;
@@ -282,20 +276,21 @@ void synchronizeDevice(c10::DeviceIndex device) {
   }
   // Blocking work happens after the read lock is released. Every stream is
   // drained even if one reports an error; the first error is rethrown.
-  std::exception_ptr first_error;
-  for (size_t i = 0; i < count; ++i) {
-    try {
-      handles[i]->synchronize();
-    } catch (...) {
-      if (!first_error) {
-        first_error = std::current_exception();
+  waitForDevice([&] {
+    std::exception_ptr first_error;
+    for (size_t i = 0; i < count; ++i) {
+      try {
+        handles[i]->synchronize();
+      } catch (...) {
+        if (!first_error) {
+          first_error = std::current_exception();
+        }
       }
     }
-  }
-  parkIfExiting();  // woken because the process exits: do not return
-  if (first_error) {
-    std::rethrow_exception(first_error);
-  }
+    if (first_error) {
+      std::rethrow_exception(first_error);
+    }
+  });
 }
 
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device) {

@@ -36,7 +36,7 @@
 #include <c10/core/Stream.h>
 #include <flex/flex.hpp>
 
-#include "spyre_stream.h"
+#include "runtime/stream.h"
 
 namespace spyre {
 
@@ -53,9 +53,6 @@ struct DeviceBlock {
   std::vector<c10::StreamId> stream_uses;  // recorded streams other than `stream`
   DeviceBlock* prev = nullptr;  // neighbours in the segment
   DeviceBlock* next = nullptr;
-  // The allocation stream's launch count when the block was last freed: the
-  // segment may go back to the runtime once the stream has completed that much.
-  uint64_t free_ticket = 0;
 
   bool isSplit() const { return prev != nullptr || next != nullptr; }
 };

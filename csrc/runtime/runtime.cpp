@@ -1,4 +1,4 @@
-#include "spyre_runtime.h"
+#include "runtime/runtime.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -10,7 +10,8 @@
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
 
-#include "spyre_stream.h"
+#include "runtime/host_wait.h"
+#include "runtime/stream.h"
 
 namespace spyre {
 
@@ -41,9 +42,10 @@ c10::DeviceIndex defaultDeviceIndex() {
     }
     char* end = nullptr;
     long value = std::strtol(env, &end, 10);
-    if (*end != '\0' || value < 0 || value > 127) {
+    if (*end != '\0' || value < 0 || value >= kMaxDevices) {
       return {-1, std::string("LOCAL_RANK='") + env +
-                      "' is not a valid device index (expected an integer in [0, 127])"};
+                      "' is not a valid device index (expected an integer in [0, " +
+                      std::to_string(kMaxDevices - 1) + "])"};
     }
     return {static_cast<int>(value), ""};
   }();
@@ -61,18 +63,6 @@ void markForkedChild() {
   }
 }
 
-std::atomic<bool> process_exiting{false};
-std::atomic<std::thread::id> exiting_thread{};
-std::atomic<bool (*)() noexcept> exit_park_check{nullptr};
-
-// Registered with atexit() once the runtime started, i.e. after the flex
-// stub's shutdown guard was constructed: it runs before that guard wakes the
-// blocked waiters.
-void markProcessExiting() {
-  exiting_thread.store(std::this_thread::get_id());
-  process_exiting.store(true, std::memory_order_release);
-}
-
 void startRuntimeOnce() {
   const c10::DeviceIndex logical_device_id = currentDevice();
   const c10::DeviceIndex visible = deviceCount();
@@ -88,7 +78,9 @@ void startRuntimeOnce() {
   static std::once_flag fork_handler;
   std::call_once(fork_handler, [] {
     pthread_atfork(nullptr, nullptr, markForkedChild);
-    std::atexit(markProcessExiting);
+    // Registered after the flex stub's shutdown guard was constructed: it
+    // runs before that guard wakes the blocked waiters (host_wait.h).
+    std::atexit(detail::markProcessExiting);
   });
   detail::bound_device.store(logical_device_id, std::memory_order_release);
   if (auto callback = runtime_started_callback.load()) {
@@ -133,11 +125,16 @@ void GlobalRuntime::reset() {
 }
 
 c10::DeviceIndex deviceCount() {
+  int count = 0;
   try {
-    return static_cast<c10::DeviceIndex>(flex::getNumDevices());
+    count = flex::getNumDevices();
   } catch (const flex::Error& e) {
     TORCH_CHECK(false, e.what());
   }
+  TORCH_CHECK(count <= kMaxDevices, count, " Spyre devices are visible, but at most ", kMaxDevices,
+              " are supported (device indices are int8); set SPYRE_DEVICES or AIU_WORLD_SIZE "
+              "to fewer devices");
+  return static_cast<c10::DeviceIndex>(count);
 }
 
 c10::DeviceIndex deviceCountNoThrow() noexcept {
@@ -183,28 +180,12 @@ void freeRuntime() {
   GlobalRuntime::reset();
 }
 
-void parkIfExiting() noexcept {
-  bool park = false;
-  if (process_exiting.load(std::memory_order_acquire)) {
-    park = exiting_thread.load() != std::this_thread::get_id();
-  } else if (auto check = exit_park_check.load(std::memory_order_acquire)) {
-    park = check();
-  }
-  while (park) {
-    pause();  // until the process is gone
-  }
-}
-
-void setExitParkCheck(bool (*check)() noexcept) {
-  exit_park_check.store(check, std::memory_order_release);
-}
-
 void setRuntimeStartedCallback(void (*callback)()) {
   runtime_started_callback.store(callback);
 }
 
 bool isRuntimeStarted() {
-  return detail::bound_device.load() >= 0;
+  return detail::bound_device.load() >= 0 && !runtime_freed.load();
 }
 
 bool isInBadFork() {

@@ -11,7 +11,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/Storage.h>
 
-#include "spyre_stream.h"
+#include "runtime/stream.h"
 
 namespace spyre {
 

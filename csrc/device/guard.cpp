@@ -6,9 +6,10 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
-#include "spyre_allocator.h"
-#include "spyre_runtime.h"
-#include "spyre_stream.h"
+#include "device/allocator.h"
+#include "device/events.h"
+#include "runtime/runtime.h"
+#include "runtime/stream.h"
 
 namespace spyre {
 namespace {
@@ -16,10 +17,6 @@ namespace {
 void checkSpyre(c10::DeviceType type, const char* what) {
   TORCH_CHECK(type == c10::DeviceType::PrivateUse1, what,
               " expects a spyre (PrivateUse1) device, got device type ", type);
-}
-
-flex::RuntimeEvent* asEvent(void* event) {
-  return static_cast<flex::RuntimeEvent*>(event);
 }
 
 struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
@@ -64,12 +61,12 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool isHighPriority) const override {
-    return getStreamFromPool(device.index(), isHighPriority ? -1 : 0).unwrap();
+    return getStreamFromPool(isHighPriority ? kHighPriority : kLowPriority, device.index()).unwrap();
   }
 
   // torch.Stream(device="spyre") passes index -1: the pool resolves it.
   c10::Stream getNewStream(c10::Device device, int priority) const override {
-    return getStreamFromPool(device.index(), priority).unwrap();
+    return getStreamFromPool(priority, device.index()).unwrap();
   }
 
   c10::Stream exchangeStream(c10::Stream stream) const override {
@@ -108,63 +105,30 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   // ------------------------------------------------------------- events
-  // The native event is a flex::RuntimeEvent, created on the first record.
-  // `device_index` is the event's index: -1 on the first record, so the
-  // stream's device is the one that counts.
+  // device/events.h: flex::RuntimeEvent behind torch.Event.
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
-                "Event device index ", static_cast<int>(device_index),
-                " does not match recording stream's device index ",
-                static_cast<int>(stream.device_index()));
-    TORCH_CHECK(flag == c10::EventFlag::PYTORCH_DEFAULT || flag == c10::EventFlag::BACKEND_DEFAULT,
-                "Received unknown event flag ", static_cast<int>(flag));
-    flex::RuntimeStream* handle = SpyreStream(stream).resolveRuntimeHandle();
-    if (*event != nullptr) {
-      asEvent(*event)->record(handle);
-      return;
-    }
-    // Published only once recorded: if the record throws (a stream in error
-    // state), torch keeps the event unrecorded, so it must stay null (event_id 0).
-    auto created = std::make_unique<flex::RuntimeEvent>(
-        /*enable_timing=*/flag == c10::EventFlag::BACKEND_DEFAULT);
-    created->record(handle);
-    *event = created.release();
+    recordEvent(event, stream, device_index, flag);
   }
 
   void block(void* event, const c10::Stream& stream) const override {
-    if (event == nullptr) {
-      return;
-    }
-    asEvent(event)->wait(SpyreStream(stream).resolveRuntimeHandle());
+    blockStreamOnEvent(event, stream);
   }
 
   bool queryEvent(void* event) const override {
-    return event == nullptr || asEvent(event)->query();
+    return spyre::queryEvent(event);
   }
 
   void synchronizeEvent(void* event) const override {
-    if (event != nullptr) {
-      try {
-        asEvent(event)->synchronize();
-      } catch (...) {
-        parkIfExiting();
-        throw;
-      }
-      parkIfExiting();  // woken because the process exits: do not return
-    }
+    spyre::synchronizeEvent(event);
   }
 
-  // Safe while a record or wait is pending: the runtime keeps each record's
-  // completion state alive until the operations that use it have run.
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
-    delete asEvent(event);
+    spyre::destroyEvent(event);
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
-    TORCH_CHECK(start != nullptr && end != nullptr,
-                "Both events must be recorded before calculating elapsed time.");
-    return asEvent(start)->elapsedTime(*asEvent(end));
+    return eventElapsedTime(start, end);
   }
 };
 

@@ -1,4 +1,4 @@
-#include "spyre_generator.h"
+#include "device/generator.h"
 
 #include <deque>
 #include <mutex>
@@ -6,7 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 
-#include "spyre_runtime.h"
+#include "runtime/runtime.h"
 
 namespace spyre {
 namespace {

@@ -47,6 +47,11 @@ constexpr c10::StreamId kDefaultStreamId = 0;
 constexpr c10::StreamId kFirstLowPriorityStreamId = 1;
 constexpr c10::StreamId kFirstHighPriorityStreamId = kFirstLowPriorityStreamId + kStreamsPerPool;
 constexpr c10::StreamId kNumPoolStreamIds = kFirstHighPriorityStreamId + kStreamsPerPool;
+// Priorities as reported by SpyreStream::priority() (CUDA's convention).
+constexpr int kLowPriority = 0;
+constexpr int kHighPriority = -1;
+// launchDelay's upper bound: the runtime counts int64 nanoseconds (~106 days).
+constexpr double kMaxDelayMilliseconds = 9.2e12;
 
 class SpyreStream {
  public:
@@ -69,7 +74,8 @@ class SpyreStream {
   // True iff all work launched on the stream has finished. Runtime errors
   // propagate unwrapped.
   bool query() const;
-  // Block until all work launched on the stream has finished.
+  // Block until all work launched on the stream has finished (a host wait:
+  // runtime/host_wait.h).
   void synchronize() const;
   // Shutdown once the runtime latched a failure on this stream (it stays so);
   // Success otherwise. Does not consume the failure synchronize()/query() report.
@@ -97,9 +103,10 @@ class SpyreStream {
 
 std::ostream& operator<<(std::ostream& os, const SpyreStream& stream);
 
-// Hand out a pool stream (round robin). device -1 = the current device.
-// priority >= 0 -> low-priority pool, < 0 -> high-priority pool.
-SpyreStream getStreamFromPool(c10::DeviceIndex device = -1, int priority = 0);
+// Hand out a pool stream (round robin). priority >= 0 -> low-priority pool,
+// < 0 -> high-priority pool (CUDA's order: getStreamFromPool(-1) asks for high
+// priority). device -1 = the current device.
+SpyreStream getStreamFromPool(int priority = 0, c10::DeviceIndex device = -1);
 // The default stream (id 0).
 SpyreStream getDefaultStream(c10::DeviceIndex device = -1);
 // The calling thread's current stream (the default stream until set).

@@ -7,7 +7,7 @@
 // without consuming the pending failure.
 #pragma once
 
-#include "spyre_stream.h"
+#include "runtime/stream.h"
 
 namespace spyre {
 

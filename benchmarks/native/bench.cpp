@@ -6,7 +6,7 @@
 //       counter (launched vs completed) that makes an idle sync free.
 // They live in this file, in the same .so as the pool, on purpose: a reference
 // built elsewhere would pay a different TLS model and call overhead.
-#include "spyre_bench.h"
+#include "bench.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -26,8 +26,10 @@
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
 
-#include "spyre_runtime.h"
-#include "spyre_stream.h"
+#include <flex/testing.hpp>
+
+#include "runtime/runtime.h"
+#include "runtime/stream.h"
 
 namespace spyre {
 namespace {
@@ -213,8 +215,8 @@ Handle defaultHandle() {
 // Hands out every pool id once, so later hand-outs never create a stream.
 void mapAllPoolStreams() {
   for (int i = 0; i < kStreamsPerPool; ++i) {
-    getStreamFromPool(-1, 0);
-    getStreamFromPool(-1, -1);
+    getStreamFromPool(0);
+    getStreamFromPool(-1);
   }
 }
 
@@ -352,7 +354,7 @@ BenchResult poolGetStreamFromPool(int64_t n, int repeats) {
   R1Pool& r1 = warmR1();
   BenchResult out;
   interleave(
-      out, repeats, [&] { return nsPerCall(n, [] { keep(getStreamFromPool(-1, 0).id()); }); },
+      out, repeats, [&] { return nsPerCall(n, [] { keep(getStreamFromPool(0).id()); }); },
       [&] { return nsPerCall(n, [&] { keep(r1.handOut(0)); }); });
   return out;
 }
@@ -367,7 +369,7 @@ BenchResult poolMixedReader(int64_t n, int repeats) {
   for (int r = 0; r < repeats; ++r) {
     const Latency mine = percentiles(readWhileWriting(
         n, [&] { keep(ours.resolveRuntimeHandle()); },
-        [] { keep(getStreamFromPool(-1, 0).id()); }));
+        [] { keep(getStreamFromPool(0).id()); }));
     const Latency theirs = percentiles(
         readWhileWriting(n, [&] { keep(r1.resolve(id)); }, [&] { keep(r1.handOut(0)); }));
     out["ours"].push_back(mine.p99);
@@ -399,7 +401,7 @@ BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the write
   };
   const SpyreStream default_stream = getDefaultStream();
   const auto mine = stalls([&] { keep(default_stream.resolveRuntimeHandle()); },
-                           [](int priority) { return getStreamFromPool(-1, priority).id(); });
+                           [](int priority) { return getStreamFromPool(priority).id(); });
   TORCH_CHECK(mappedStreamCount() == kNumPoolStreamIds, "pool.first_touch: expected ",
               kNumPoolStreamIds, " mapped ids, got ", mappedStreamCount());
   R1Pool fresh(defaultHandle());
@@ -491,12 +493,12 @@ BenchResult stubIdleSync(int64_t n, int repeats) {
   const SpyreStream stream = getStreamFromPool();
   stream.synchronize();
   const Handle handle = stream.resolveRuntimeHandle();
-  const uint64_t launched_before = handle->launchedOps();
+  const uint64_t launched_before = flex::test::launchedOps(handle);
   BenchResult out;
   interleave(
       out, repeats, [&] { return nsPerCall(n, [&] { stream.synchronize(); }); },
       [&] { return nsPerCall(n, [&] { keep(stream.query()); }); });
-  out["enqueued_nothing"] = {handle->launchedOps() == launched_before ? 1.0 : 0.0};
+  out["enqueued_nothing"] = {flex::test::launchedOps(handle) == launched_before ? 1.0 : 0.0};
   return out;
 }
 
@@ -509,7 +511,7 @@ BenchResult stubIdleDeviceSync(int64_t n, int repeats) {
   std::vector<uint64_t> launched_before;
   for (c10::StreamId id = 0; id < kNumPoolStreamIds; ++id) {
     handles.push_back(handleOf(id));
-    launched_before.push_back(handles.back()->launchedOps());
+    launched_before.push_back(flex::test::launchedOps(handles.back()));
   }
   std::array<InFlight, kNumPoolStreamIds> counters;
   BenchResult out;
@@ -522,7 +524,7 @@ BenchResult stubIdleDeviceSync(int64_t n, int repeats) {
       });
   bool enqueued_nothing = true;
   for (size_t i = 0; i < handles.size(); ++i) {
-    enqueued_nothing = enqueued_nothing && handles[i]->launchedOps() == launched_before[i];
+    enqueued_nothing = enqueued_nothing && flex::test::launchedOps(handles[i]) == launched_before[i];
   }
   out["mapped_streams"] = {static_cast<double>(mappedStreamCount())};
   out["enqueued_nothing"] = {enqueued_nothing ? 1.0 : 0.0};

@@ -5,9 +5,9 @@
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
-#include "spyre_allocator.h"
-#include "spyre_generator.h"
-#include "spyre_runtime.h"
+#include "device/allocator.h"
+#include "device/generator.h"
+#include "runtime/runtime.h"
 
 namespace spyre {
 namespace {

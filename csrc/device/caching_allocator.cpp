@@ -1,4 +1,4 @@
-#include "spyre_caching_allocator.h"
+#include "device/caching_allocator.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -6,7 +6,8 @@
 
 #include <c10/util/Exception.h>
 
-#include "spyre_runtime.h"
+#include "runtime/host_wait.h"
+#include "runtime/runtime.h"
 
 namespace spyre {
 
@@ -183,7 +184,6 @@ void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
   block->allocated = false;
   change(stats_.allocation, block->small, -1);
   change(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
-  block->free_ticket = handles_[static_cast<size_t>(block->stream)]->launchedOps();
   insertEventsLocked(block);
   if (block->event_count == 0) freeBlockLocked(block);
 }
@@ -199,14 +199,14 @@ void DeviceCachingAllocator::recordStream(DeviceBlock* block, c10::StreamId stre
 void DeviceCachingAllocator::insertEventsLocked(DeviceBlock* block) {
   for (const c10::StreamId id : block->stream_uses) {
     flex::RuntimeStream* handle = handles_[static_cast<size_t>(id)];
-    if (handle->launchedOps() == handle->completedOps()) {
-      continue;  // idle: nothing launched so far can still touch the block
-    }
     auto event = std::make_unique<flex::RuntimeEvent>();
     try {
       event->record(handle);
     } catch (const flex::Error&) {
       continue;  // failed stream, shut down or forked: its queued work is gone
+    }
+    if (event->query()) {
+      continue;  // the stream was idle: nothing launched on it can still touch the block
     }
     ++block->event_count;
     events_[id].push_back({std::move(event), block});
@@ -262,7 +262,6 @@ size_t DeviceCachingAllocator::mergeLocked(DeviceBlock* into, DeviceBlock* neigh
     into->next = neighbour->next;
     if (into->next != nullptr) into->next->prev = into;
   }
-  into->free_ticket = std::max(into->free_ticket, neighbour->free_ticket);
   const size_t merged = neighbour->size;
   into->size += merged;
   pool.blocks.erase(neighbour);
@@ -281,10 +280,18 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
     events_.clear();
     ++stats_.num_sync_all_streams;
   }
-  for (const PendingEvent& entry : pending) entry.event->synchronize();
-  parkIfExiting();  // woken because the process exits: do not return (no lock held)
+  // A wait that fails (its stream failed: the queued work is gone) still
+  // frees its block; every block is returned below whatever happens here.
+  waitForDevice([&] {
+    for (const PendingEvent& entry : pending) {
+      try {
+        entry.event->synchronize();
+      } catch (const flex::Error&) {
+      }
+    }
+  });
   std::vector<DeviceBlock*> segments;
-  std::map<flex::RuntimeStream*, uint64_t> free_points;  // per allocation stream
+  std::set<c10::StreamId> allocation_streams;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const PendingEvent& entry : pending) {
@@ -300,25 +307,32 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
           continue;
         }
         segments.push_back(block);
-        uint64_t& point = free_points[handles_[static_cast<size_t>(block->stream)]];
-        point = std::max(point, block->free_ticket);
+        allocation_streams.insert(block->stream);
         it = pool->blocks.erase(it);
       }
     }
   }
   // As cudaFree waits for the device: device memory handed back must be done
-  // with. Waits only on streams that have not yet run up to their last free.
-  for (const auto& [handle, point] : free_points) {
-    if (handle->completedOps() >= point) continue;
-    flex::RuntimeEvent done;
-    try {
-      done.record(handle);
-    } catch (const flex::Error&) {
-      continue;  // failed stream or shut down: its queued work is gone
+  // with. A block freed on its allocation stream may still be used by work
+  // queued there, so each such stream is drained (an event: cheap when idle).
+  std::vector<flex::RuntimeStream*> handles;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const c10::StreamId id : allocation_streams) {
+      handles.push_back(handles_[static_cast<size_t>(id)]);
     }
-    done.synchronize();
-    parkIfExiting();  // woken because the process exits: do not return (no lock held)
   }
+  waitForDevice([&] {
+    for (flex::RuntimeStream* handle : handles) {
+      flex::RuntimeEvent done;
+      try {
+        done.record(handle);
+        done.synchronize();
+      } catch (const flex::Error&) {
+        // failed stream or shut down: its queued work is gone
+      }
+    }
+  });
   for (DeviceBlock* segment : segments) {
     try {
       if (flex::RuntimeContext* context = flex::RuntimeContext::get()) {

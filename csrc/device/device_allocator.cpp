@@ -1,4 +1,4 @@
-#include "spyre_allocator.h"
+#include "device/allocator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +9,8 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 
-#include "spyre_caching_allocator.h"
-#include "spyre_runtime.h"
+#include "device/caching_allocator.h"
+#include "runtime/runtime.h"
 
 namespace spyre {
 namespace {

@@ -1,0 +1,67 @@
+#include "device/events.h"
+
+#include <memory>
+
+#include <c10/util/Exception.h>
+#include <flex/flex.hpp>
+
+#include "runtime/host_wait.h"
+#include "runtime/stream.h"
+
+namespace spyre {
+namespace {
+
+flex::RuntimeEvent* asEvent(void* event) {
+  return static_cast<flex::RuntimeEvent*>(event);
+}
+
+}  // namespace
+
+void recordEvent(void** event, const c10::Stream& stream, c10::DeviceIndex device_index,
+                 c10::EventFlag flag) {
+  TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+              "Event device index ", static_cast<int>(device_index),
+              " does not match recording stream's device index ",
+              static_cast<int>(stream.device_index()));
+  TORCH_CHECK(flag == c10::EventFlag::PYTORCH_DEFAULT || flag == c10::EventFlag::BACKEND_DEFAULT,
+              "Received unknown event flag ", static_cast<int>(flag));
+  flex::RuntimeStream* handle = SpyreStream(stream).resolveRuntimeHandle();
+  if (*event != nullptr) {
+    asEvent(*event)->record(handle);
+    return;
+  }
+  // Published only once recorded: if the record throws (a stream in error
+  // state), torch keeps the event unrecorded, so it must stay null (event_id 0).
+  auto created = std::make_unique<flex::RuntimeEvent>(
+      /*enable_timing=*/flag == c10::EventFlag::BACKEND_DEFAULT);
+  created->record(handle);
+  *event = created.release();
+}
+
+void blockStreamOnEvent(void* event, const c10::Stream& stream) {
+  if (event != nullptr) {
+    asEvent(event)->wait(SpyreStream(stream).resolveRuntimeHandle());
+  }
+}
+
+bool queryEvent(void* event) {
+  return event == nullptr || asEvent(event)->query();
+}
+
+void synchronizeEvent(void* event) {
+  if (event != nullptr) {
+    waitForDevice([event] { asEvent(event)->synchronize(); });
+  }
+}
+
+void destroyEvent(void* event) noexcept {
+  delete asEvent(event);
+}
+
+double eventElapsedTime(void* start, void* end) {
+  TORCH_CHECK(start != nullptr && end != nullptr,
+              "Both events must be recorded before calculating elapsed time.");
+  return asEvent(start)->elapsedTime(*asEvent(end));
+}
+
+}  // namespace spyre

@@ -1,0 +1,104 @@
+"""Issue 13: the layers are visible and _C is product code only."""
+
+import glob
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+
+import torch_spyre._testing
+import torch_spyre._C as C
+
+from conftest import run_python
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_runtime_layer_includes_no_aten_or_torch_header():
+    offenders = []
+    for path in glob.glob(os.path.join(ROOT, "csrc", "runtime", "*")):
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                if re.match(r"\s*#\s*include\s*[<\"](ATen|torch|pybind11|Python)", line):
+                    offenders.append(f"{os.path.basename(path)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+def test_csrc_is_one_folder_per_layer():
+    entries = sorted(os.listdir(os.path.join(ROOT, "csrc")))
+    assert entries == ["aten", "device", "python", "runtime", "testing"]
+
+
+def test_native_module_has_no_test_or_benchmark_machinery():
+    for name in ("_Gate", "_inject_fault", "_trace_start", "_trace_stop", "_bench", "_bench_names"):
+        assert not hasattr(C, name), name
+    # No undefined reference to flex::test: _C links against a card's runtime too.
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", C.__file__],
+                               capture_output=True, text=True, check=True).stdout
+    assert "_ZN4flex4test" not in undefined
+    assert "_ZN4flex4test" in subprocess.run(
+        ["nm", "-D", "--undefined-only", torch_spyre._testing.__file__],
+        capture_output=True, text=True, check=True).stdout
+
+
+def test_constants_are_exported_once_from_cpp():
+    assert (C._default_stream_id, C._first_low_priority_stream_id,
+            C._first_high_priority_stream_id, C._num_pool_stream_ids) == (0, 1, 33, 65)
+    assert (C._low_priority, C._high_priority, C._max_devices) == (0, -1, 127)
+    assert C._max_sleep_ms == 9.2e12
+    with pytest.raises(ValueError, match=r"at most 9.2e\+12, got 10000000000000.0$"):
+        torch.spyre._sleep(1e13)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: C._set_current_stream(0, 256),
+    lambda: C._stream_get_error(0, 256),
+    lambda: C._current_stream(300),
+    lambda: C._get_default_generator(256),
+])
+def test_device_ints_never_narrow_unchecked(call):
+    with pytest.raises(RuntimeError, match=r"Invalid device index (256|300): expected -1 "
+                                           r"\(current device\) or an index in \[0, 126\]"):
+        call()
+
+
+def test_is_initialized_is_false_after_free_runtime():
+    proc = run_python(
+        """
+        import torch
+        torch.ones(1, device="spyre")
+        before = torch.spyre.is_initialized()
+        torch.spyre._C.free_runtime()
+        print(before, torch.spyre.is_initialized(), int(torch.spyre.get_device_state()))
+        """
+    )
+    assert proc.stdout.split() == ["True", "False", "1"]
+
+
+def test_empty_cache_frees_blocks_whose_stream_failed():
+    proc = run_python(
+        """
+        import torch
+        from torch_spyre import testing
+        side = torch.spyre.Stream()
+        x = torch.ones(1024, device="spyre")
+        with testing.Gate() as gate:
+            gate.block(side)
+            while gate.blocked_streams < 1:
+                pass
+            x.record_stream(side)
+            testing.inject_fault(side, "boom")
+            with side:
+                torch.spyre._sleep(0)
+            del x                    # an event is recorded on the gated, doomed stream
+        try:
+            side.synchronize()
+        except RuntimeError as e:
+            print("raised", "boom" in str(e))
+        torch.accelerator.empty_cache()
+        print(torch.accelerator.memory_allocated(), torch.accelerator.memory_reserved())
+        """
+    )
+    assert proc.stdout.split() == ["raised", "True", "0", "0"]
