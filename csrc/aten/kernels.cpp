@@ -1,25 +1,26 @@
-// ATen kernels for PrivateUse1.
-//
-// Every piece of device work runs on the *current stream* of the device:
-// copies are DMA (or, for strided / converting copies, a compute operation on
-// the device timeline), fills are device fills. Ops without a kernel here take
-// the boxed CPU fallback, which copies inputs to the host (a blocking D2H, so
-// it sees all work queued before it on the current stream), runs the CPU
-// kernel and copies results back (a blocking H2D): correct stream order at the
-// cost of synchronizing the current stream at least twice per op (once per
-// device input, once per device output; docs/tensors.md).
+// ATen kernels for PrivateUse1: factories and views, copies, fills and random
+// fills. Every piece of device work runs on the *current stream* of the
+// device: copies are DMA (or, for strided / converting copies, a compute
+// operation on the device timeline), fills are device fills. Every other op
+// takes the launch path (aten/launch.h). Device work captures TensorRefs,
+// never tensors (aten/tensor_ref.h: engine threads never touch Python).
+#include <functional>
+#include <string>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
 #include <ATen/Dispatch_v2.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
-#include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "aten/launch.h"
+#include "aten/tensor_ref.h"
 #include "device/allocator.h"
+#include "device/dtypes.h"
 #include "device/generator.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
@@ -48,6 +49,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                                std::optional<bool> pin_memory,
                                std::optional<c10::MemoryFormat> memory_format) {
   checkFactoryArgs(layout, pin_memory);
+  checkSupportedDtype(c10::dtype_or_default(dtype));
   const c10::DeviceGuard guard(spyreDevice(device));
   return at::detail::empty_generic(size, deviceAllocator(), kSpyreKeys,
                                    c10::dtype_or_default(dtype), memory_format);
@@ -57,6 +59,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
                          std::optional<c10::Device> device, std::optional<bool> pin_memory) {
   checkFactoryArgs(layout, pin_memory);
+  checkSupportedDtype(c10::dtype_or_default(dtype));
   const c10::DeviceGuard guard(spyreDevice(device));
   return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kSpyreKeys,
                                            c10::dtype_or_default(dtype));
@@ -121,41 +124,28 @@ at::Tensor& set_source_Storage_storage_offset(at::Tensor& self, at::Storage sour
                        C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
 }
 
-// A CPU tensor aliasing a spyre tensor's memory, for use *inside* device work
-// only. It keeps the conjugate and negative bits: they change what a copy writes.
-at::Tensor deviceView(const at::Tensor& t) {
-  at::Tensor view =
-      at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
-  view._set_conj(t.is_conj());
-  view._set_neg(t.is_neg());
-  return view;
-}
-
 bool isDmaCompatible(const at::Tensor& src, const at::Tensor& dst) {
   return src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() &&
          !src.is_conj() && !dst.is_conj() && !src.is_neg() && !dst.is_neg();
 }
 
-bool hostIsPinned(const at::Tensor& host) {
-  return isPinnedPtr(host.storage().data());
-}
-
 // `dst` <- `src`, on `stream`. Device blocks are recorded on the stream. A
 // pinned host block is recorded with the host allocator, as CUDA does, so it is
-// not reused before the copy ran; other host memory is kept alive by the copy.
-void launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst) {
+// not reused before the copy ran (false when it is not one of its blocks: the
+// caller must then wait). Host memory the caller owns alone (a random draw)
+// travels in `keep_alive`, which must hold no Python-visible object.
+bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst,
+                std::function<void()> keep_alive = {}) {
   const size_t nbytes = dst.numel() * dst.element_size();
+  bool host_recorded = false;
   if (nbytes == 0) {
-    return;
+    return true;
+  }
+  if (src.is_cpu() || dst.is_cpu()) {
+    const at::Tensor& host = src.is_cpu() ? src : dst;
+    host_recorded = recordPinnedUse(host.storage().data_ptr(), stream);
   }
   if (isDmaCompatible(src, dst)) {
-    std::function<void()> keep_alive;
-    if (src.is_cpu() || dst.is_cpu()) {
-      const at::Tensor& host = src.is_cpu() ? src : dst;
-      if (!recordPinnedUse(host.storage().data_ptr(), stream)) {
-        keep_alive = [host] {};
-      }
-    }
     if (src.is_cpu()) {
       stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else if (dst.is_cpu()) {
@@ -164,11 +154,23 @@ void launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
       stream.launchD2D(src.const_data_ptr(), dst.data_ptr(), nbytes);
     }
   } else {
-    // Strided and/or converting copy: run ATen's CPU copy on the device timeline.
-    stream.launchCompute(
-        [src, dst] {
-          at::Tensor to = dst.is_cpu() ? dst : deviceView(dst);
-          to.copy_(src.is_cpu() ? src : deviceView(src));
+    // Strided and/or converting copy: ATen's CPU copy on the device timeline.
+    // The first copy of each dtype pair is tried on the host first: a pair CPU
+    // cannot convert raises here instead of failing the stream.
+    const std::string signature = std::string("copy|") + c10::toString(src.scalar_type()) +
+                                  "->" + c10::toString(dst.scalar_type());
+    const c10::ScalarType from_type = src.scalar_type();
+    const c10::ScalarType to_type = dst.scalar_type();
+    launchVerified(
+        stream, signature,
+        [&] {
+          const CpuKernelScope scope(0);
+          at::empty({1}, at::TensorOptions().dtype(to_type))
+              .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
+        },
+        [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive)] {
+          const CpuKernelScope scope(0);
+          to.cpuAlias().copy_(from.cpuAlias());
         },
         "copy", nbytes);
   }
@@ -177,6 +179,7 @@ void launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
       recordStream(t.storage().data_ptr(), stream);
     }
   }
+  return host_recorded;
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
@@ -202,13 +205,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   const SpyreStream stream = getCurrentStream(index);
   const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
-  launchCopy(stream, src, dst);
+  const bool host_recorded = launchCopy(stream, src, dst);
   // Device-to-device copies are stream ordered like any device work. A copy
   // that touches pageable host memory completes before returning, as on CUDA;
-  // only a non_blocking copy with pinned host memory returns at once.
-  const at::Tensor& host = src_spyre ? dst : self;
+  // only a non_blocking copy with pinned host memory returns at once (the
+  // host allocator keeps its block until the copy ran).
   const bool touches_host = !(src_spyre && dst_spyre);
-  if (touches_host && !(non_blocking && hostIsPinned(host))) {
+  if (touches_host && !(non_blocking && host_recorded)) {
     stream.synchronize();
   }
   return dst;
@@ -273,7 +276,17 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   if (fill) {
     stream.launchFill(self.data_ptr(), nbytes, fill->second, fill->first);
   } else {
-    stream.launchCompute([self, value] { deviceView(self).fill_(value); }, "fill", nbytes);
+    launchVerified(
+        stream, std::string("fill|") + c10::toString(self.scalar_type()),
+        [&] {
+          const CpuKernelScope scope(0);
+          at::empty({1}, at::TensorOptions().dtype(self.scalar_type())).fill_(value);
+        },
+        [ref = TensorRef::of(self), value] {
+          const CpuKernelScope scope(0);
+          ref.cpuAlias().fill_(value);
+        },
+        "fill", nbytes);
   }
   recordStream(self.storage().data_ptr(), stream);
   return self;
@@ -297,7 +310,8 @@ at::Tensor& randomFill(at::Tensor& self, const std::optional<at::Generator>& gen
                        Draw draw) {
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   draw(host, cpuGeneratorOf(generator, self.device().index()));
-  launchCopy(getCurrentStream(self.device().index()), host, self);
+  // `host` never reaches Python: the copy may drop it on the engine.
+  launchCopy(getCurrentStream(self.device().index()), host, self, [host] {});
   return self;
 }
 
@@ -339,38 +353,27 @@ at::Tensor& exponential_(at::Tensor& self, double lambd, std::optional<at::Gener
                     [&](at::Tensor& h, const at::Generator& g) { h.exponential_(lambd, g); });
 }
 
+// native_dropout has no generator argument: its CPU kernel would draw from
+// CPU's generator. The same computation as CPU's, with spyre's generator and
+// every step queued on the stream.
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
+                                                  std::optional<bool> train) {
+  const auto mask_options = input.options().dtype(at::kBool);
+  if (input.numel() == 0) {
+    return {input, at::empty_like(input, mask_options)};
+  }
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, mask_options)};
+  }
+  const double p1m = 1. - p;
+  const double scale = p1m == 0 ? 0. : 1. / p1m;
+  at::Tensor mask = at::empty_like(input, mask_options);
+  mask.bernoulli_(p1m);
+  return {input.mul(mask).mul_(scale), mask};
+}
+
 void record_stream(at::Tensor& self, c10::Stream stream) {
   recordStream(self.storage().data_ptr(), SpyreStream(stream));
-}
-
-bool isOptionalGenerator(const c10::Argument& argument) {
-  const auto* optional = argument.type()->castRaw<c10::OptionalType>();
-  return optional != nullptr && optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
-}
-
-// Random ops without a kernel here (randperm, multinomial, bernoulli(p), ...)
-// run on CPU too, and must draw from the spyre generator, not CPU's: a spyre
-// generator argument, or the default one when none was given, is swapped for
-// the CPU generator behind it.
-void useSpyreGenerators(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& arguments = op.schema().arguments();
-  const size_t first = stack->size() - arguments.size();
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    c10::IValue& value = (*stack)[first + i];
-    if (value.isGenerator()) {
-      const at::Generator generator = value.toGenerator();
-      if (generator.device().is_privateuseone()) {
-        value = cpuGeneratorOf(generator, generator.device().index());
-      }
-    } else if (value.isNone() && isOptionalGenerator(arguments[i])) {
-      value = cpuGeneratorOf(std::nullopt, -1);
-    }
-  }
-}
-
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  useSpyreGenerators(op, stack);
-  at::native::cpu_fallback(op, stack);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -400,11 +403,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("random_", TORCH_FN(random_));
   m.impl("bernoulli_.float", TORCH_FN(bernoulli_float));
   m.impl("exponential_", TORCH_FN(exponential_));
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+}
+
+// Quantized dtypes select the QuantizedPrivateUse1 key: refuse them with the
+// same TypeError as every unsupported dtype.
+TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
 }
 
 // The conjugate and negative fallbacks materialize a conj/neg input with
 // clone(), which copies through _copy_from again: endless recursion. Let the
-// copy kernels see the bits instead (deviceView keeps them).
+// copy kernels see the bits instead (TensorRef keeps them).
 TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
@@ -413,10 +424,6 @@ TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
 TORCH_LIBRARY_IMPL(aten, Negative, m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
 }  // namespace

@@ -180,7 +180,13 @@ void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
   if (data_ptr.get_deleter() != &freeDeviceBlock) {
     return;
   }
-  theBlockPools().recordStream(static_cast<DeviceBlock*>(data_ptr.get_context()), stream.id());
+  auto* block = static_cast<DeviceBlock*>(data_ptr.get_context());
+  // An allocated block's stream never changes: the common case (work on the
+  // allocation stream) needs no lock.
+  if (block->stream == stream.id()) {
+    return;
+  }
+  theBlockPools().recordStream(block, stream.id());
 }
 
 bool recordPinnedUse(const c10::DataPtr& data_ptr, const SpyreStream& stream) {

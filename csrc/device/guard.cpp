@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "device/allocator.h"
+#include "device/dtypes.h"
 #include "device/events.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
@@ -95,8 +96,7 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
     checkSpyre(device.type(), "getDeviceCapability");
-    // Every op runs (through the CPU fallback at worst), so every dtype is supported.
-    return c10::DeviceCapability();
+    return deviceCapability();  // device/dtypes.h
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr,

@@ -8,6 +8,7 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
+#include "aten/launch.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
 #include "device/generator.h"
@@ -199,6 +200,7 @@ PYBIND11_MODULE(_C, m) {
       py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   spyre::setExitParkCheck(&spyre::mustNotReturnToPython);
   spyre::setHostWaitWrapper(&spyre::waitWithoutGil);
+  spyre::registerFunctionalForms();
   spyre::bindRuntime(m);
   spyre::bindStreams(m);
   spyre::bindEvents(m);

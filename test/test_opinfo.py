@@ -1,0 +1,89 @@
+"""Issue 15: the whole operator database agrees with CPU.
+
+For every OpInfo of torch.testing._internal.common_methods_invocations.op_db
+and every dtype of DTYPES that CPU supports for it, the op's sample inputs
+give CPU's result on spyre (torch.testing.assert_close), raise where CPU
+raises (same exception type, at the call), and leave the device healthy.
+Slow tier: it runs every op.
+"""
+
+import itertools
+
+import pytest
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._pytree import tree_map
+
+SPYRE = torch.device("spyre:0")
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool, torch.complex64]
+SAMPLES_PER_DTYPE = 3
+
+# Ops whose values are undefined or random: only shapes and dtypes are compared.
+UNDEFINED_VALUES = {
+    "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided",
+    "bernoulli", "normal", "normal_", "uniform", "rand_like", "randn_like", "randint",
+    "randint_like", "multinomial", "cauchy", "exponential", "geometric", "log_normal",
+    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
+    "nn.functional.rrelu", "randn", "rand", "torch._refs.rand",
+}
+
+# Ops not run, each with its reason.
+EXCLUDED = {
+}
+
+
+def to_spyre(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(SPYRE).requires_grad_(value.requires_grad)
+    if isinstance(value, torch.device) and value.type == "cpu":
+        return SPYRE
+    if value == "cpu":
+        return "spyre"
+    return value
+
+
+def to_cpu(value):
+    return value.cpu() if isinstance(value, torch.Tensor) else value
+
+
+def shapes(value):
+    return tree_map(lambda v: (v.shape, v.dtype) if isinstance(v, torch.Tensor) else v, value)
+
+
+def call(op, sample, convert):
+    args = tree_map(convert, (sample.input, *sample.args))
+    kwargs = tree_map(convert, dict(sample.kwargs))
+    return op(*args, **kwargs)
+
+
+def check(op, sample):
+    try:
+        expected = call(op, sample, lambda v: v)
+    except Exception as cpu_error:  # noqa: BLE001 - any error CPU raises, spyre must raise too
+        with pytest.raises(type(cpu_error)):
+            call(op, sample, to_spyre)
+        return
+    got = tree_map(to_cpu, call(op, sample, to_spyre))
+    if op.name in UNDEFINED_VALUES:
+        assert shapes(got) == shapes(expected)
+        return
+    torch.testing.assert_close(got, expected, equal_nan=True, check_device=False)
+
+
+def op_id(op):
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", [op for op in op_db if op_id(op) not in EXCLUDED], ids=op_id)
+def test_op_matches_cpu(op):
+    dtypes = [d for d in DTYPES if d in op.supported_dtypes("cpu")]
+    for dtype in dtypes:
+        torch.manual_seed(0)
+        samples = itertools.islice(op.sample_inputs("cpu", dtype), SAMPLES_PER_DTYPE)
+        for sample in samples:
+            torch.manual_seed(0)
+            check(op, sample)
+    torch.spyre.synchronize()  # nothing failed on a stream
+    assert torch.spyre.current_stream().query()
