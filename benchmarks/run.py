@@ -18,6 +18,7 @@ import sys
 
 import torch
 
+import compute
 import native
 import python_api
 
@@ -102,8 +103,10 @@ def main(argv=None):
         f"torch {info['torch']}, {repeats} repeats{' (quick)' if args.quick else ''}",
         flush=True,
     )
-    rows = native.rows(args.quick, repeats, selected) + python_api.rows(
-        args.quick, repeats, selected
+    rows = (
+        native.rows(args.quick, repeats, selected)
+        + python_api.rows(args.quick, repeats, selected)
+        + compute.rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]
     print_table(rows, args.markdown)

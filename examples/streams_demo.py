@@ -8,13 +8,11 @@ results and prints the speed-up from the overlap. It also writes a Chrome
 trace (chrome://tracing, ui.perfetto.dev) and a PNG timeline, one lane per
 stream.
 
-Device time is emulated. Copies run at FLEX_STUB_DMA_GBPS, which the script
-sets before torch starts the runtime. Each chunk's kernel quantizes the chunk
-to bfloat16. That is real math, and it runs on the device timeline. Then
-torch.spyre._sleep holds the stream for the time a heavier kernel would take.
-(Ops without a spyre kernel, such as sigmoid, would take the CPU fallback.
-The fallback copies data through the host and blocks the host while it does,
-which would hide the overlap this demo is about.)
+Copies take emulated device time: they run at FLEX_STUB_DMA_GBPS, which the
+script sets before torch starts the runtime. Each chunk's kernel is ordinary
+torch code (a layer norm, a linear layer, a GELU, a cast to bfloat16): every
+op is queued on the compute stream and runs on the device's engine while the
+host goes on queueing the next chunk's copies.
 
     python examples/streams_demo.py               # writes ./out/
     python examples/streams_demo.py --out DIR --small
@@ -31,29 +29,34 @@ os.environ.setdefault("FLEX_STUB_DMA_GBPS", "0.25")  # 1 MiB takes ~4 ms
 import torch  # noqa: E402  (registers torch.spyre)
 from torch_spyre import testing  # noqa: E402  (the emulator's trace)
 
-SIZES = {  # chunks, float32 elements per chunk, emulated kernel time (ms)
-    "full": (8, 1 << 18, 3.0),
-    "small": (3, 1 << 14, 1.0),
+SIZES = {  # chunks, float32 elements per chunk
+    "full": (8, 1 << 18),
+    "small": (3, 1 << 14),
 }
+FEATURES = 256  # a chunk is a batch of rows of this many features
 KIND_COLORS = {
     "h2d": "#4C72B0",
     "d2h": "#55A868",
     "compute": "#C44E52",
-    "delay": "#DD8452",
     "event_wait": "#DDDDDD",
 }
 # Operations that move data or compute; event records and waits are bookkeeping.
-WORK_KINDS = {"h2d", "d2h", "compute", "delay"}
+WORK_KINDS = {"h2d", "d2h", "compute"}
 KIND_LABELS = {
     "h2d": "copy host to device",
     "d2h": "copy device to host",
-    "compute": "kernel: quantize to bfloat16",
-    "delay": "kernel: emulated time",
+    "compute": "kernels: layer norm, linear, GELU, to bfloat16",
     "event_wait": "waiting on an event",
 }
 
 
-def pipeline(inputs, outputs, copy_in, compute, copy_out, kernel_ms):
+def chunk_kernel(chunk, weight):
+    """The per-chunk model: plain torch ops, each queued on the current stream."""
+    rows = torch.nn.functional.layer_norm(chunk.view(-1, FEATURES), (FEATURES,))
+    return torch.nn.functional.gelu(rows @ weight).to(torch.bfloat16)
+
+
+def pipeline(inputs, outputs, weight, copy_in, compute, copy_out):
     """Each chunk: copy in, compute, copy out, ordered across streams by events.
 
     On one stream (all three the same) the events are no-ops and the steps
@@ -66,8 +69,7 @@ def pipeline(inputs, outputs, copy_in, compute, copy_out, kernel_ms):
             loaded.record(copy_in)
         with torch.spyre.stream(compute):
             compute.wait_event(loaded)
-            result = chunk.to(torch.bfloat16)
-            torch.spyre._sleep(kernel_ms)
+            result = chunk_kernel(chunk, weight)
             computed.record(compute)
         with torch.spyre.stream(copy_out):
             copy_out.wait_event(computed)
@@ -78,13 +80,16 @@ def pipeline(inputs, outputs, copy_in, compute, copy_out, kernel_ms):
     torch.spyre.synchronize()
 
 
-def timed_run(inputs, streams, kernel_ms, trace_path=None):
+def timed_run(inputs, weight, streams, trace_path=None):
     """Wall seconds and the stacked results; records a trace when given a path."""
-    outputs = [torch.empty(host_in.shape, dtype=torch.bfloat16).pin_memory() for host_in in inputs]
+    outputs = [
+        torch.empty(host_in.numel() // FEATURES, FEATURES, dtype=torch.bfloat16).pin_memory()
+        for host_in in inputs
+    ]
     if trace_path:
         testing.trace_start()
     start = time.perf_counter()
-    pipeline(inputs, outputs, *streams, kernel_ms)
+    pipeline(inputs, outputs, weight, *streams)
     seconds = time.perf_counter() - start
     if trace_path:
         testing.trace_stop(trace_path)
@@ -175,23 +180,25 @@ def main(argv=None):
     parser.add_argument("--small", action="store_true", help="a small, quick run (CI)")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    chunks, elements, kernel_ms = SIZES["small" if args.small else "full"]
+    chunks, elements = SIZES["small" if args.small else "full"]
 
     torch.manual_seed(0)
     inputs = [torch.randn(elements).pin_memory() for _ in range(chunks)]
+    weight_cpu = torch.randn(FEATURES, FEATURES) / FEATURES**0.5
+    weight = weight_cpu.to("spyre")
     one = torch.spyre.Stream()
     three = [torch.spyre.Stream() for _ in range(3)]  # distinct from `one` and each other
     runs = {"1 stream": (one, one, one), "3 streams + events": tuple(three)}
 
-    timed_run(inputs[:1], runs["3 streams + events"], kernel_ms)  # starts the runtime's engines
+    timed_run(inputs[:1], weight, runs["3 streams + events"])  # starts the engines, warms the kernels
     walls, results, traces = {}, {}, []
     for title, streams in runs.items():
         run_trace = os.path.join(args.out, f"run{len(traces)}.json")
-        walls[title], results[title] = timed_run(inputs, streams, kernel_ms, run_trace)
+        walls[title], results[title] = timed_run(inputs, weight, streams, run_trace)
         traces.append((title, run_trace))
 
     single, overlapped = results.values()
-    expected = torch.stack(inputs).to(torch.bfloat16)
+    expected = torch.stack([chunk_kernel(x, weight_cpu) for x in inputs])  # the same model on CPU
     identical = torch.equal(single, overlapped) and torch.equal(single, expected)
     trace_path = os.path.join(args.out, "streams_demo_trace.json")
     png_path = os.path.join(args.out, "streams_demo.png")
@@ -199,7 +206,7 @@ def main(argv=None):
 
     megabytes = elements * 4 / 2**20
     print(f"{chunks} chunks of {megabytes:g} MiB, DMA {os.environ['FLEX_STUB_DMA_GBPS']} GB/s, "
-          f"kernel {kernel_ms:g} ms per chunk")
+          f"kernels: layer norm + {FEATURES}x{FEATURES} linear + GELU per chunk")
     for title, seconds in walls.items():
         print(f"  {title:<20} {seconds * 1e3:7.1f} ms")
     single_s, overlapped_s = walls.values()

@@ -30,6 +30,12 @@ ROWS = {
     "python.spyre_stream",
     "copy.h2d_64mib",
     "copy.d2h_64mib",
+    "compute.host_runs_ahead",
+    "compute.add_1k",
+    "compute.add_1m",
+    "compute.matmul_512",
+    "compute.mlp_train_step",
+    "compute.two_streams",
 }
 
 

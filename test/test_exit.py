@@ -19,7 +19,14 @@ MAX_EXIT_SECONDS = 10.0
 
 PRELUDE = """
 import threading, time, torch
+from torch_spyre import _C
 from torch_spyre.testing import Gate
+
+def wait_for_waiters(n):
+    # Observable: n threads are inside a runtime wait (none can return to
+    # Python before it completes, whatever the exit does).
+    while _C._threads_in_host_waits() < n:
+        time.sleep(0.001)
 """
 
 EPILOGUE = """
@@ -107,7 +114,7 @@ SCENARIOS = {
         [t.start() for t in threads]
         while gate.blocked_streams < 5:
             time.sleep(0.001)
-        time.sleep(0.1)
+        wait_for_waiters(5)
         assert all(t.is_alive() for t in threads)
     """,
     "daemon-threads-woken-during-finalization": """
@@ -122,7 +129,7 @@ SCENARIOS = {
         threads = [threading.Thread(target=f, daemon=True)
                    for f in (a.synchronize, b.synchronize, torch.spyre.synchronize)]
         [t.start() for t in threads]
-        time.sleep(0.25)
+        wait_for_waiters(3)
     """,
 }
 
@@ -145,7 +152,7 @@ SCENARIOS["daemon-thread-in-the-allocators-wait"] = """
         del a                                           # cached, s still busy
         t = threading.Thread(target=lambda: torch.empty(600_000, device="spyre"), daemon=True)
         t.start()
-        time.sleep(0.3)
+        wait_for_waiters(1)
         assert t.is_alive()                             # waiting for s before freeing
 """
 

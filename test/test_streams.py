@@ -2,9 +2,11 @@
 torch.spyre stream API, as the design note specifies."""
 
 import threading
+import time
 
 import pytest
 import torch
+import torch_spyre
 from torch_spyre.testing import Gate
 
 from conftest import run_python
@@ -211,12 +213,32 @@ def test_device_synchronize_waits_for_every_stream():
     assert [s.query() for s in streams] == [True, True, True]
 
 
-def test_synchronize_forms():
-    torch.spyre.synchronize()
-    torch.spyre.synchronize(0)
-    torch.spyre.synchronize("spyre:0")
-    torch.accelerator.synchronize()
-    torch.accelerator.synchronize(0)
+@pytest.mark.parametrize(
+    "sync",
+    [
+        lambda: torch.spyre.synchronize(),
+        lambda: torch.spyre.synchronize(0),
+        lambda: torch.spyre.synchronize("spyre:0"),
+        lambda: torch.spyre.synchronize(torch.device("spyre:0")),
+        lambda: torch.accelerator.synchronize(),
+        lambda: torch.accelerator.synchronize(0),
+    ],
+    ids=["none", "int", "str", "device", "accelerator", "accelerator int"],
+)
+def test_synchronize_forms(sync):
+    s = torch.spyre.Stream()
+    with s:
+        gate = Gate()
+        gate.block()
+    assert not s.query()
+    waiter = threading.Thread(target=sync)
+    waiter.start()
+    while torch_spyre._C._threads_in_host_waits() < 1:
+        time.sleep(0.001)
+    assert waiter.is_alive()  # waits for the gated stream
+    gate.release()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and s.query()
 
 
 def test_accelerator_synchronize_works_after_a_cpp_started_runtime():

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+import torch_spyre
 from torch_spyre.testing import Gate
 
 from conftest import run_python
@@ -56,14 +57,22 @@ def sample(dtype, shape=(3, 4)):
 
 
 class ReleaseLater:
-    """Releases `gate` from a timer thread after `delay` s; `released` is set just before."""
+    """Releases `gate` from a helper thread once another thread is blocked in a
+    runtime wait (an observable condition), or after `delay` s at the latest;
+    `released` is set just before. A call that must block therefore returns
+    only after the release; one that must not returns before it."""
 
-    def __init__(self, gate, delay=0.3):
+    def __init__(self, gate, delay=10.0):
         self.released = threading.Event()
-        self._timer = threading.Timer(delay, self._release, args=(gate,))
-        self._timer.start()
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._release, args=(gate, delay))
+        self._thread.start()
 
-    def _release(self, gate):
+    def _release(self, gate, delay):
+        deadline = time.monotonic() + delay
+        while torch_spyre._C._threads_in_host_waits() < 1 and time.monotonic() < deadline:
+            if self._cancelled.wait(0.001):
+                return
         self.released.set()
         gate.release()
 
@@ -71,8 +80,8 @@ class ReleaseLater:
         return self.released.is_set()
 
     def cancel(self):
-        self._timer.cancel()
-        self._timer.join()
+        self._cancelled.set()
+        self._thread.join()
 
 
 def read_on_other_stream(tensor):
@@ -624,7 +633,7 @@ def test_storage_and_tensor_resize_are_stream_ordered_and_keep_data():
     with s:
         gate.block()
         x[:2].fill_(9.0)  # queued behind the gate
-        releaser = ReleaseLater(gate, delay=10)  # only if resize_ wrongly waits
+        releaser = ReleaseLater(gate)  # only if resize_ wrongly waits
         x.resize_(6)  # grows by a queued D2D: no host wait
         x.untyped_storage().resize_(40)
         assert not releaser.is_set(), "resize_ waited for the device"

@@ -40,7 +40,8 @@ void convolutionBackwardOverrideable(const c10::OperatorHandle& op, torch::jit::
 
 // Structured ops reach a new backend through their
 // CompositeExplicitAutogradNonFunctional kernels, which allocate the outputs
-// and call the out= variant. Taking the functional and in-place forms
+// and call the out= variant; a few ops with a CPU kernel decompose for other
+// backends (CompositeExplicitAutograd), with other numerics than CPU. Taking the functional and in-place forms
 // directly skips that detour (one dispatch and one shape inference fewer) and
 // sees the op the user called: some out= variants (mse_loss) use `out` as
 // scratch space and warn where the functional op does not. Called once the
@@ -52,9 +53,17 @@ void registerFunctionalForms() {
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) continue;
     const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
-    if (!op || !op->hasSchema() ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+    if (!op || !op->hasSchema() || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    const bool structured =
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+    // A CPU kernel next to a decomposition for other backends (native_layer_norm,
+    // native_group_norm, addr, ...): run CPU's kernel, for CPU's numerics.
+    const bool decomposed =
+        op->hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+    if (!structured && !decomposed) {
       continue;
     }
     std::string qualified = name.name.substr(6);

@@ -52,6 +52,8 @@ void bindRuntime(py::module_& m) {
   // Limits and ids defined once, in C++; torch_spyre reads them from here.
   m.attr("_max_devices") = static_cast<int>(kMaxDevices);
   m.def("_bound_device", [] { return static_cast<int>(boundDevice()); });
+  m.def("_threads_in_host_waits", &threadsInHostWaits,
+        "Threads blocked in (or entering) a wait on device work.");
 }
 
 void bindStreams(py::module_& m) {

@@ -12,6 +12,7 @@ std::atomic<bool> process_exiting{false};
 std::atomic<std::thread::id> exiting_thread{};
 std::atomic<bool (*)() noexcept> exit_park_check{nullptr};
 std::atomic<void (*)(HostWaitFn, void*) noexcept> host_wait_wrapper{nullptr};
+std::atomic<int> threads_in_host_waits{0};
 
 }  // namespace
 
@@ -37,11 +38,19 @@ void setExitParkCheck(bool (*check)() noexcept) {
 }
 
 void runHostWait(HostWaitFn fn, void* arg) noexcept {
+  struct Count {
+    Count() { threads_in_host_waits.fetch_add(1); }
+    ~Count() { threads_in_host_waits.fetch_sub(1); }
+  } count;
   if (auto wrapper = host_wait_wrapper.load(std::memory_order_acquire)) {
     wrapper(fn, arg);
   } else {
     fn(arg);
   }
+}
+
+int threadsInHostWaits() noexcept {
+  return threads_in_host_waits.load();
 }
 
 void setHostWaitWrapper(void (*wrapper)(HostWaitFn fn, void* arg) noexcept) {

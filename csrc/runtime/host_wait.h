@@ -41,6 +41,9 @@ void setExitParkCheck(bool (*check)() noexcept);
 using HostWaitFn = void (*)(void* arg) noexcept;
 void runHostWait(HostWaitFn fn, void* arg) noexcept;
 void setHostWaitWrapper(void (*wrapper)(HostWaitFn fn, void* arg) noexcept);
+// How many threads are inside runHostWait now: blocked in a wait on device
+// work, or about to be (an observable condition for tests; a diagnostic).
+int threadsInHostWaits() noexcept;
 
 template <class Wait>
 void waitForDevice(Wait&& wait) {
