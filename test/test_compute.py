@@ -499,21 +499,30 @@ def test_exit_right_after_device_work_is_clean(name):
         assert result.returncode == 0 and result.stderr == ""
 
 
+EMPTY_CACHE_BEHIND_STRIDED_COPIES = """
+import torch
+s = torch.spyre.Stream(); z = torch.ones(1024, device="spyre")
+with s:
+    torch.spyre._sleep(300)
+    x = torch.ones(4, 4, device="spyre"); y = torch.empty(4, 4, device="spyre"); y.copy_(x.t())
+z.record_stream(s); del z
+torch.accelerator.empty_cache()
+print(y.cpu().sum().item())
+"""
+
+
 def test_empty_cache_with_queued_strided_copies_returns():
-    result = run_python(
-        """
-        import torch
-        s = torch.spyre.Stream(); z = torch.ones(1024, device="spyre")
-        with s:
-            torch.spyre._sleep(300)
-            x = torch.ones(4, 4, device="spyre"); y = torch.empty(4, 4, device="spyre"); y.copy_(x.t())
-        z.record_stream(s); del z
-        torch.accelerator.empty_cache()
-        print(y.cpu().sum().item())
-        """,
-        timeout=60,
-    )
+    result = run_python(EMPTY_CACHE_BEHIND_STRIDED_COPIES, timeout=60)
     assert result.stdout == "16.0\n"
+
+
+@pytest.mark.slow
+def test_every_issue_14_reproducer_passes_20_runs_in_a_row():
+    for _ in range(20):
+        for name, body in EXIT_AFTER.items():
+            result = run_python("import torch\nx = torch.ones(256, 256, device='spyre')\n" + body)
+            assert (result.returncode, result.stderr) == (0, ""), name
+        assert run_python(EMPTY_CACHE_BEHIND_STRIDED_COPIES, timeout=60).stdout == "16.0\n"
 
 
 def test_dropout_draws_what_cpu_draws_after_the_same_seed():
