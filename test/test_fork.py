@@ -86,3 +86,52 @@ def test_fifty_forks_under_allocator_churn_never_hang():
 def test_five_hundred_forks_under_allocator_churn_never_hang():
     _forks_under_churn(500, timeout=900)
 
+
+SEEDING_UNDER_DRAWS = """
+import os, signal, threading, torch
+
+stop = threading.Event()
+rounds = [0, 0]
+
+def draw(slot):
+    while not stop.is_set():
+        torch.randn(4096, device="spyre")   # holds the spyre generator while drawing
+        rounds[slot] += 1
+
+threads = [threading.Thread(target=draw, args=(i,)) for i in range(2)]
+for t in threads:
+    t.start()
+while min(rounds) == 0:
+    pass
+
+hung = []
+for i in range({forks}):
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(10)
+        torch.manual_seed(i)        # what a DataLoader worker does (skips spyre in a bad fork)
+        torch.spyre.manual_seed(i)  # the spyre generators live on the host: usable here
+        state = torch.spyre.get_rng_state()
+        torch.spyre.set_rng_state(state)
+        os._exit(0 if torch.spyre.initial_seed() == i else 3)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM:
+        hung.append(i)
+    else:
+        assert os.waitstatus_to_exitcode(status) == 0, (i, status)
+
+stop.set()
+for t in threads:
+    t.join()
+torch.manual_seed(5)
+assert torch.equal(torch.randn(8, device="spyre").cpu(), torch.randn(8, generator=torch.Generator().manual_seed(5)))
+print(len(hung), hung[:10])
+"""
+
+
+def test_forked_children_seed_while_parent_threads_draw():
+    # Parent threads hold the default generator's lock while they draw.
+    proc = run_python(SEEDING_UNDER_DRAWS.format(forks=100), timeout=600)
+    assert proc.stdout == "0 []\n", proc.stdout
+
