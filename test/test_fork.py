@@ -135,3 +135,28 @@ def test_forked_children_seed_while_parent_threads_draw():
     proc = run_python(SEEDING_UNDER_DRAWS.format(forks=100), timeout=600)
     assert proc.stdout == "0 []\n", proc.stdout
 
+
+def test_a_forked_child_never_takes_the_stream_pool_lock():
+    # A parent thread may hold it at fork(); every pool entry point raises the
+    # fork error in the child before locking (the test helper used not to).
+    run_python(
+        """
+        import os, torch
+        torch.spyre.init()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            for call in (torch.spyre._C._mapped_stream_count, torch.spyre.Stream,
+                         torch.spyre.current_stream, torch.spyre.synchronize):
+                try:
+                    call()
+                    code = 1
+                except RuntimeError as e:
+                    if "Cannot re-initialize Spyre in forked subprocess" not in str(e):
+                        code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert torch.spyre._C._mapped_stream_count() == 1
+        """
+    )
