@@ -34,6 +34,28 @@ API_ROWS = [
     ("device-float", "torch.spyre.Stream(device=1.5)", "TypeError", "got 1.5 of type float"),
     ("device-bool", "torch.spyre.Stream(device=True)", "TypeError", "got True of type bool"),
     ("device-list", "torch.spyre.Stream(device=[0])", "TypeError", "got [0] of type list"),
+    # torch.device narrows 'spyre:300' to spyre:44 unchecked; the string is checked
+    ("device-str-300", "torch.spyre.Stream(device='spyre:300')", "ValueError",
+     "Invalid device index 300 in 'spyre:300': expected an index in [0, 126]"),
+    ("device-str-256", "torch.spyre.synchronize('spyre:256')", "ValueError",
+     "Invalid device index 256 in 'spyre:256': expected an index in [0, 126]"),
+    ("device-str-127", "torch.spyre.Stream(device='spyre:127')", "ValueError",
+     "Invalid device index 127: expected an index in [0, 126]"),
+    ("device-str-cuda-300", "torch.spyre.Stream(device='cuda:300')", "ValueError",
+     "expected a spyre device, got 'cuda:300'"),
+    # torch.Stream(stream_id, device_index, device_type) narrows without asking the backend
+    ("torch-stream-index-300", "torch.Stream(stream_id=0, device_index=300, device_type=T)",
+     "ValueError", "Invalid device index 300: expected -1 (current device) or an index in [0, 126]"),
+    ("torch-stream-index-256", "torch.Stream(0, 256, T)", "ValueError",
+     "Invalid device index 256: expected -1 (current device) or an index in [0, 126]"),
+    ("torch-stream-index-128", "torch.Stream(0, device_index=128, device_type=T)", "ValueError",
+     "Invalid device index 128: expected -1 (current device) or an index in [0, 126]"),
+    ("torch-stream-index-negative", "torch.Stream(0, -2, T)", "ValueError",
+     "Invalid device index -2: expected -1 (current device) or an index in [0, 126]"),
+    ("torch-stream-index-huge", "torch.Stream(0, 2**70, T)", "ValueError",
+     "Invalid device index 1180591620717411303424: expected -1"),
+    ("torch-stream-subclass-300", "type('S', (torch.Stream,), {})(0, 300, T)", "ValueError",
+     "Invalid device index 300: expected -1 (current device)"),
     ("device-not-bound", "torch.spyre.Stream(device=1)", "RuntimeError",
      "this process is bound to spyre:0 but spyre:1 was requested"),
     ("set-device-out-of-range", "torch.spyre.set_device(3)", "RuntimeError",
@@ -220,6 +242,16 @@ ENV_ROWS = [
      "RuntimeError", "SPYRE_DEVICES='a,b' has a non-integer entry 'a'"),
     ("env-aiu-world-size", {"AIU_WORLD_SIZE": "-3"}, "torch.spyre.device_count()",
      "RuntimeError", "AIU_WORLD_SIZE='-3'"),
+    # more devices than int8 indices: an error naming both, as CUDA's "Too many CUDA devices"
+    ("env-too-many-devices", {"AIU_WORLD_SIZE": "200", "FLEX_STUB_CARDS": "200"},
+     "torch.spyre.device_count()", "RuntimeError",
+     "200 Spyre devices are visible, but at most 127 are supported"),
+    ("env-too-many-devices-tensor", {"AIU_WORLD_SIZE": "200", "FLEX_STUB_CARDS": "200"},
+     "torch.ones(1, device='spyre')", "RuntimeError",
+     "200 Spyre devices are visible, but at most 127 are supported"),
+    ("env-too-many-devices-accelerator", {"AIU_WORLD_SIZE": "128", "FLEX_STUB_CARDS": "128"},
+     "torch.accelerator.device_count()", "RuntimeError",
+     "128 Spyre devices are visible, but at most 127 are supported"),
     ("env-local-world-size", {"LOCAL_WORLD_SIZE": "two"}, "torch.spyre.init()",
      "RuntimeError", "LOCAL_WORLD_SIZE='two' is not an integer"),
     ("env-cards", {"FLEX_STUB_CARDS": "many"}, "torch.spyre.Stream()",
@@ -266,6 +298,33 @@ def test_bad_environment(env_results, row_id, env, code, exc, text):
     assert first[0] == exc and text in first[1], (env, first)
     assert second == first  # the same error on retry
     assert started is False
+
+
+def test_device_count_limit():
+    # 127 devices (indices 0-126) work; with more, device_count() raises and
+    # availability is False (the C++ noexcept counts say 0).
+    proc = run_python(
+        """
+        import torch
+        assert torch.spyre.device_count() == 127
+        assert torch.accelerator.device_count() == 127
+        torch.spyre.set_device(126)
+        assert torch.ones(2, device="spyre").device == torch.device("spyre:126")
+        print("ok")
+        """,
+        env={"AIU_WORLD_SIZE": "127", "FLEX_STUB_CARDS": "127"},
+    )
+    assert proc.stdout == "ok\n"
+    proc = run_python(
+        """
+        import torch
+        assert not torch.spyre.is_available()
+        assert not torch.accelerator.is_available()
+        print("ok")
+        """,
+        env={"AIU_WORLD_SIZE": "200", "FLEX_STUB_CARDS": "200"},
+    )
+    assert (proc.stdout, proc.stderr) == ("ok\n", "")
 
 
 def test_trace_to_an_unwritable_path_is_reported_at_exit():

@@ -28,13 +28,29 @@ def _device_index(device, *, optional=True) -> int:
             )
         return device
     if isinstance(device, str):
+        text = device
         try:
-            device = torch.device(device)
+            device = torch.device(text)
         except RuntimeError as e:
-            raise ValueError(f"Invalid device string {device!r}: {e}") from None
+            raise ValueError(f"Invalid device string {text!r}: {e}") from None
+        if device.type != "spyre":
+            raise ValueError(f"expected a spyre device, got {text!r}")
+        # torch.device narrows the index to int8 unchecked: 'spyre:300' is spyre:44.
+        digits = text.rpartition(":")[2]
+        if digits.isdigit() and int(digits) != device.index:
+            raise ValueError(
+                f"Invalid device index {int(digits)} in {text!r}: expected an index in "
+                f"[0, {_MAX_DEVICE_INDEX}]"
+            )
     if device.type != "spyre":
         raise ValueError(f"expected a spyre device, got {str(device)!r}")
-    return -1 if device.index is None else device.index
+    if device.index is None:
+        return -1
+    if not 0 <= device.index <= _MAX_DEVICE_INDEX:
+        raise ValueError(
+            f"Invalid device index {device.index}: expected an index in [0, {_MAX_DEVICE_INDEX}]"
+        )
+    return device.index
 
 
 def is_available() -> bool:

@@ -304,11 +304,14 @@ at::Tensor& zero_(at::Tensor& self) {
 
 // Random fills draw from the device generator on the host at launch time (so
 // results follow program order, whatever the streams) and reach the device
-// with a stream-ordered copy.
+// with a stream-ordered copy. The host tensor has self's strides: CPU kernels
+// choose their algorithm and draw order from the layout, so draws equal CPU's
+// (and an overlapping self raises CPU's error here, not on the stream).
 template <typename Draw>
 at::Tensor& randomFill(at::Tensor& self, const std::optional<at::Generator>& generator,
                        Draw draw) {
-  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+  at::Tensor host =
+      at::empty_strided(self.sizes(), self.strides(), self.options().device(at::kCPU));
   draw(host, cpuGeneratorOf(generator, self.device().index()));
   // `host` never reaches Python: the copy may drop it on the engine.
   launchCopy(getCurrentStream(self.device().index()), host, self, [host] {});

@@ -400,4 +400,13 @@ void DeviceCachingAllocator::resetPeakStats() {
   stats_.oversize_segments.reset_peak();
 }
 
+void DeviceCachingAllocator::lockForFork() {
+  mutex_.lock();
+}
+
+// In the child too: the forking thread, its only thread, took the lock.
+void DeviceCachingAllocator::unlockAfterFork() {
+  mutex_.unlock();
+}
+
 }  // namespace spyre

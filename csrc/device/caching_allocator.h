@@ -17,7 +17,8 @@
 //
 // One mutex guards everything. No wait on device work happens under it: engine
 // threads free blocks too (tensors captured by queued work), so a host thread
-// holding it while waiting for a stream could deadlock.
+// holding it while waiting for a stream could deadlock. It is held across
+// fork(), so a forked child can free the blocks it inherited.
 #pragma once
 
 #include <array>
@@ -73,6 +74,11 @@ class DeviceCachingAllocator {
   c10::CachingDeviceAllocator::DeviceStats stats();
   void resetAccumulatedStats();
   void resetPeakStats();
+
+  // fork(): the forking thread holds the lock across it, so the child's copy
+  // of the pools is consistent and unlocked (pthread_atfork, device_allocator.cpp).
+  void lockForFork();
+  void unlockAfterFork();
 
  private:
   struct BySize {

@@ -1,9 +1,13 @@
 #include "device/allocator.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <shared_mutex>
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
@@ -135,8 +139,19 @@ struct PinnedBlockPools final : public at::CachingHostAllocatorImpl<c10::Stream,
     events->push_back(std::move(event));
   }
 
+  // In a forked child the runtime raises for every event: none of the
+  // parent's device work can touch the child's copy of a block.
   bool query_event(HostEvent& event) override {
-    return event->query();
+    try {
+      return event->query();
+    } catch (const flex::Error&) {
+      return true;
+    }
+  }
+
+  // ATen's background thread would run outside the fork gate (below).
+  bool pinned_use_background_threads() override {
+    return false;
   }
 
   c10::Stream get_current_stream() const override {
@@ -150,8 +165,59 @@ struct PinnedBlockPools final : public at::CachingHostAllocatorImpl<c10::Stream,
 
 void freePinnedBlock(void* context);
 
+// ATen's pools have private locks we cannot take across fork(). Every entry
+// point holds the gate shared instead; fork() takes it exclusively, so no
+// thread is inside the pools (holding one of their locks) when the child is
+// made, and the child can free the pinned blocks it inherited.
 struct SpyreHostAllocator final
-    : public at::CachingHostAllocatorInterface<PinnedBlockPools, freePinnedBlock> {};
+    : public at::CachingHostAllocatorInterface<PinnedBlockPools, freePinnedBlock> {
+  using Base = at::CachingHostAllocatorInterface<PinnedBlockPools, freePinnedBlock>;
+  using Gate = std::shared_lock<std::shared_mutex>;
+
+  at::DataPtr allocate(size_t size) override {
+    Gate gate(fork_gate);
+    return Base::allocate(size);
+  }
+  void free(void* context) {
+    Gate gate(fork_gate);
+    Base::free(context);
+  }
+  bool record_event(void* ptr, void* context, c10::Stream stream) override {
+    Gate gate(fork_gate);
+    return Base::record_event(ptr, context, stream);
+  }
+  void empty_cache() override {
+    Gate gate(fork_gate);
+    Base::empty_cache();
+  }
+  at::HostStats get_stats() override {
+    Gate gate(fork_gate);
+    return Base::get_stats();
+  }
+  void reset_accumulated_stats() override {
+    Gate gate(fork_gate);
+    Base::reset_accumulated_stats();
+  }
+  void reset_peak_stats() override {
+    Gate gate(fork_gate);
+    Base::reset_peak_stats();
+  }
+  void begin_allocate_to_pool(c10::MempoolId_t pool_id,
+                              std::function<bool(c10::Stream)> filter) override {
+    Gate gate(fork_gate);
+    Base::begin_allocate_to_pool(pool_id, std::move(filter));
+  }
+  void end_allocate_to_pool(c10::MempoolId_t pool_id) override {
+    Gate gate(fork_gate);
+    Base::end_allocate_to_pool(pool_id);
+  }
+  void release_pool(c10::MempoolId_t pool_id) override {
+    Gate gate(fork_gate);
+    Base::release_pool(pool_id);
+  }
+
+  std::shared_mutex fork_gate;
+};
 
 SpyreHostAllocator& theHostAllocator() {
   static auto* allocator = new SpyreHostAllocator();
@@ -162,11 +228,34 @@ void freePinnedBlock(void* context) {
   theHostAllocator().free(context);
 }
 
+// fork() with the allocators' locks held, so the child's copies are
+// consistent and unlocked: it can free the tensors it inherited. Registered
+// after the runtime's own handler (the stub is loaded first), so this prepare
+// runs first: a thread holding a pool lock here may be waiting for the
+// runtime's memory lock, which the runtime's prepare takes.
+void lockAllocatorsForFork() {
+  theHostAllocator().fork_gate.lock();
+  theBlockPools().lockForFork();
+}
+
+void unlockAllocatorsInParent() {
+  theBlockPools().unlockAfterFork();
+  theHostAllocator().fork_gate.unlock();
+}
+
+// glibc's rwlock unlock tells a writer by its thread id, which the child's
+// thread does not have: the child makes a new (unlocked) gate instead.
+void unlockAllocatorsInChild() {
+  theBlockPools().unlockAfterFork();
+  new (&theHostAllocator().fork_gate) std::shared_mutex();
+}
+
 // Registered when _C is loaded. Without a host allocator,
 // torch.accelerator.empty_host_cache() dereferences null on torch 2.13.
 const bool registered = [] {
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &theDeviceAllocator());
   at::setHostAllocator(c10::DeviceType::PrivateUse1, &theHostAllocator());
+  pthread_atfork(lockAllocatorsForFork, unlockAllocatorsInParent, unlockAllocatorsInChild);
   return true;
 }();
 

@@ -1,5 +1,7 @@
 #include "device/generator.h"
 
+#include <pthread.h>
+
 #include <deque>
 #include <mutex>
 
@@ -82,18 +84,60 @@ c10::DeviceIndex checkedIndex(c10::DeviceIndex device_index) {
   return device_index;
 }
 
+struct DefaultGenerators {
+  std::mutex mutex;  // guards the deque, not the generators
+  std::deque<at::Generator> generators;
+};
+
+DefaultGenerators& defaultGenerators() {
+  static auto* defaults = new DefaultGenerators();  // leaked: outlives users
+  return *defaults;
+}
+
+std::mutex& cpuMutexOf(const at::Generator& generator) {
+  return static_cast<const SpyreGeneratorImpl*>(generator.unsafeGetGeneratorImpl())
+      ->cpu()
+      .unsafeGetGeneratorImpl()
+      ->mutex_;
+}
+
+// fork() with the default generators' locks held (Python's order: the spyre
+// generator's, then its CPU generator's, which a drawing thread holds), so a
+// child can still seed them and read their state.
+void lockGeneratorsForFork() {
+  DefaultGenerators& defaults = defaultGenerators();
+  defaults.mutex.lock();
+  for (const at::Generator& generator : defaults.generators) {
+    generator.unsafeGetGeneratorImpl()->mutex_.lock();
+    cpuMutexOf(generator).lock();
+  }
+}
+
+void unlockGeneratorsAfterFork() {
+  DefaultGenerators& defaults = defaultGenerators();
+  for (const at::Generator& generator : defaults.generators) {
+    cpuMutexOf(generator).unlock();
+    generator.unsafeGetGeneratorImpl()->mutex_.unlock();
+  }
+  defaults.mutex.unlock();
+}
+
+const bool registered = [] {
+  pthread_atfork(lockGeneratorsForFork, unlockGeneratorsAfterFork, unlockGeneratorsAfterFork);
+  return true;
+}();
+
 }  // namespace
 
 const at::Generator& defaultGenerator(c10::DeviceIndex device_index) {
-  static std::mutex mutex;
-  static auto* generators = new std::deque<at::Generator>();  // leaked: outlives users
+  DefaultGenerators& defaults = defaultGenerators();
   device_index = checkedIndex(device_index);
-  std::lock_guard<std::mutex> lock(mutex);
-  while (generators->size() <= static_cast<size_t>(device_index)) {
-    generators->push_back(
-        at::make_generator<SpyreGeneratorImpl>(static_cast<c10::DeviceIndex>(generators->size())));
+  std::lock_guard<std::mutex> lock(defaults.mutex);
+  while (defaults.generators.size() <= static_cast<size_t>(device_index)) {
+    defaults.generators.push_back(at::make_generator<SpyreGeneratorImpl>(
+        static_cast<c10::DeviceIndex>(defaults.generators.size())));
   }
-  return (*generators)[device_index];
+  return defaults.generators[device_index];
 }
 
 at::Generator newGenerator(c10::DeviceIndex device_index) {

@@ -5,6 +5,7 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/Stream.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
@@ -32,6 +33,42 @@ c10::DeviceIndex deviceArg(int64_t index) {
   TORCH_CHECK(index >= -1 && index < kMaxDevices, "Invalid device index ", index,
               ": expected -1 (current device) or an index in [0, ", kMaxDevices - 1, "]");
   return static_cast<c10::DeviceIndex>(index);
+}
+
+// torch.Stream(stream_id, device_index, device_type) narrows device_index to
+// c10::DeviceIndex unchecked and asks no backend (300 would name spyre:44).
+// Its constructor is wrapped once: a spyre index is checked first.
+newfunc torch_stream_new = nullptr;
+
+PyObject* checkedTorchStreamNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  const auto argument = [&](Py_ssize_t position, const char* name) -> PyObject* {
+    if (args != nullptr && PyTuple_Size(args) > position) return PyTuple_GET_ITEM(args, position);
+    return kwargs != nullptr ? PyDict_GetItemString(kwargs, name) : nullptr;
+  };
+  PyObject* index = argument(1, "device_index");
+  PyObject* device_type = argument(2, "device_type");
+  if (index != nullptr && device_type != nullptr && PyLong_Check(index) &&
+      PyLong_Check(device_type)) {
+    int overflow = 0;
+    const long long type_value = PyLong_AsLongLongAndOverflow(device_type, &overflow);
+    if (overflow == 0 && type_value == static_cast<long long>(c10::DeviceType::PrivateUse1)) {
+      const long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+      if (overflow != 0 || value < -1 || value >= kMaxDevices) {
+        PyErr_Format(PyExc_ValueError,
+                     "Invalid device index %S: expected -1 (current device) or an index in [0, %d]",
+                     index, kMaxDevices - 1);
+        return nullptr;
+      }
+    }
+  }
+  return torch_stream_new(type, args, kwargs);
+}
+
+void checkTorchStreamIndices() {
+  if (torch_stream_new == nullptr) {
+    torch_stream_new = THPStreamClass->tp_new;
+    THPStreamClass->tp_new = &checkedTorchStreamNew;
+  }
 }
 
 SpyreStream fromKey(c10::StreamId id, int64_t device_index) {
@@ -203,6 +240,7 @@ PYBIND11_MODULE(_C, m) {
   spyre::setExitParkCheck(&spyre::mustNotReturnToPython);
   spyre::setHostWaitWrapper(&spyre::waitWithoutGil);
   spyre::registerFunctionalForms();
+  spyre::checkTorchStreamIndices();
   spyre::bindRuntime(m);
   spyre::bindStreams(m);
   spyre::bindEvents(m);

@@ -192,6 +192,10 @@ bool isInBadFork() {
   return detail::bound_device.load() == detail::kForked;
 }
 
+void checkNotInBadFork() {
+  TORCH_CHECK(!isInBadFork(), kForkMessage);
+}
+
 flex::RuntimeContext* runtimeContext() {
   flex::RuntimeContext* context = GlobalRuntime::get();
   if (C10_LIKELY(context != nullptr)) {

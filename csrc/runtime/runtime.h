@@ -53,6 +53,8 @@ void freeRuntime();
 // True while the runtime runs: started, and not freed by freeRuntime().
 bool isRuntimeStarted();
 bool isInBadFork();
+// Raises "Cannot re-initialize Spyre in forked subprocess ..." in such a child.
+void checkNotInBadFork();
 // Called (once, on the starting thread) after the runtime started. The Python
 // bindings use it to tell torch the device is initialized; the core itself
 // stays free of libtorch_python.

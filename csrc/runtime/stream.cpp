@@ -128,6 +128,7 @@ void initializeStreamPool(c10::DeviceIndex device) {
 }
 
 size_t mappedStreamCount() {
+  checkNotInBadFork();  // a parent thread may have held the pool lock at fork()
   StreamPool& pool = streamPool();
   PoolLock<std::shared_lock> lock(pool);
   return pool.stream_handle_map.size();

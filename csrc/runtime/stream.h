@@ -24,6 +24,8 @@
 // onto the same flex stream are serialized by the runtime (the stub is thread
 // safe), not by this lock. No call that can block runs under the write lock: a
 // missing flex stream is created outside it (once per id) and then inserted.
+// Fork: a parent thread may hold the lock at fork(). Every entry point checks
+// the device (or the fork) before taking it, which raises in a forked child.
 //
 // Invariants. The map is append-only; an id, once mapped, always maps to the
 // same flex::RuntimeStream*; the pool never deletes a flex stream.
