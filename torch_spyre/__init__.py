@@ -23,7 +23,8 @@ import torch as _torch  # noqa: E402
 
 # Loading _C registers the device guard, hooks, allocators and kernels.
 from . import _C  # noqa: F401,E402
-from ._device import (  # noqa: E402
+# _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
+from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,
     _lazy_init,
     current_device,
@@ -74,7 +75,7 @@ from .random import (  # noqa: E402
     set_rng_state,
     set_rng_state_all,
 )
-from .streams import (  # noqa: E402
+from .streams import (  # noqa: F401,E402
     Stream,
     StreamContext,
     _sleep,
