@@ -14,6 +14,7 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 import glob  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
+import sysconfig  # noqa: E402
 
 from setuptools import Extension, setup  # noqa: E402
 import torch  # noqa: E402
@@ -26,6 +27,15 @@ from flex_stub_build import LIBRARY as STUB_LIB, build_flex_stub  # noqa: E402
 
 
 class BuildWithFlexStub(BuildExtension):
+    def finalize_options(self):
+        super().finalize_options()
+        if getattr(self, "editable_mode", False):
+            # pip install -e builds in a fresh temporary folder each time; keep the
+            # objects in the tree's build/ (where build_ext --inplace puts them) so
+            # ninja recompiles only what changed.
+            plat = f"{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
+            self.build_temp = os.path.join(ROOT, "build", f"temp.{plat}")
+
     def build_extensions(self):
         ext = self.extensions[0]
         out_dir = os.path.dirname(self.get_ext_fullpath(ext.name))
@@ -39,10 +49,13 @@ class BuildWithFlexStub(BuildExtension):
         # stub library along so $ORIGIN finds it next to _C.
         super().copy_extensions_to_source()
         package_dir = self.get_finalized_command("build_py").get_package_dir("torch_spyre")
-        shutil.copyfile(
-            os.path.join(self.build_lib, "torch_spyre", STUB_LIB),
-            os.path.join(package_dir, STUB_LIB),
-        )
+        source = os.path.join(self.build_lib, "torch_spyre", STUB_LIB)
+        target = os.path.join(package_dir, STUB_LIB)
+        if os.path.exists(target) and os.stat(target).st_mtime_ns == os.stat(source).st_mtime_ns:
+            return
+        # A new file, not an in-place rewrite: running processes have the old one mapped.
+        shutil.copy2(source, target + ".tmp")
+        os.replace(target + ".tmp", target)
 
 
 # torch_spyre._C: product code only, one folder per layer (docs/development.md).

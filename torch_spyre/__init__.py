@@ -5,7 +5,7 @@ users never import it themselves: `torch.spyre` is this module. Importing it
 registers the device but does not start the runtime; the first device use does.
 """
 
-import sys
+import sys as _sys
 
 
 def _autoload() -> None:
@@ -17,45 +17,65 @@ def _autoload() -> None:
     """
 
 
-import torch  # noqa: E402
+# Imported under private names so that dir(torch.spyre) is the API (__all__)
+# and the package's own submodules.
+import torch as _torch  # noqa: E402
 
 # Loading _C registers the device guard, hooks, allocators and kernels.
 from . import _C  # noqa: F401,E402
-from ._device import (  # noqa: F401
+# _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
+from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,
     _lazy_init,
     current_device,
+    device,
     device_count,
+    device_of,
     get_amp_supported_dtype,
+    get_device_capability,
+    get_device_name,
+    get_device_properties,
     init,
     is_available,
+    is_bf16_supported,
     is_initialized,
     set_device,
     synchronize,
 )
-from .errors import (  # noqa: F401
+from .errors import (  # noqa: E402
     SpyreDeviceState,
     SpyreStreamError,
     get_device_state,
     stream_get_error,
     stream_get_error_string,
 )
-from .events import Event  # noqa: F401
-from .memory import (  # noqa: F401
+from .events import Event  # noqa: E402
+from .memory import (  # noqa: E402
+    empty_cache,
     host_memory_stats,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
     reset_accumulated_host_memory_stats,
+    reset_accumulated_memory_stats,
     reset_peak_host_memory_stats,
+    reset_peak_memory_stats,
 )
-from .random import (  # noqa: F401
+from .random import (  # noqa: E402
     get_rng_state,
+    get_rng_state_all,
     initial_seed,
     manual_seed,
     manual_seed_all,
     seed,
     seed_all,
     set_rng_state,
+    set_rng_state_all,
 )
-from .streams import (  # noqa: F401
+from .streams import (  # noqa: F401,E402
     Stream,
     StreamContext,
     _sleep,
@@ -65,14 +85,35 @@ from .streams import (  # noqa: F401
     stream,
 )
 
+__all__ = [
+    # device
+    "current_device", "device", "device_count", "device_of", "get_amp_supported_dtype",
+    "get_device_capability", "get_device_name", "get_device_properties", "init",
+    "is_available", "is_bf16_supported", "is_initialized", "set_device", "synchronize",
+    # streams and events
+    "Event", "Stream", "StreamContext", "current_stream", "default_stream", "set_stream",
+    "stream",
+    # memory
+    "empty_cache", "host_memory_stats", "max_memory_allocated", "max_memory_reserved",
+    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",
+    "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
+    "reset_peak_host_memory_stats", "reset_peak_memory_stats",
+    # random
+    "get_rng_state", "get_rng_state_all", "initial_seed", "manual_seed", "manual_seed_all",
+    "seed", "seed_all", "set_rng_state", "set_rng_state_all",
+    # errors
+    "SpyreDeviceState", "SpyreStreamError", "get_device_state", "stream_get_error",
+    "stream_get_error_string",
+]
+
 
 def _register() -> None:
     """Name PrivateUse1 "spyre" and expose this module as torch.spyre (once)."""
-    if getattr(torch, "spyre", None) is sys.modules[__name__]:
+    if getattr(_torch, "spyre", None) is _sys.modules[__name__]:
         return
-    torch.utils.rename_privateuse1_backend("spyre")
-    torch._register_device_module("spyre", sys.modules[__name__])
-    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    _torch.utils.rename_privateuse1_backend("spyre")
+    _torch._register_device_module("spyre", _sys.modules[__name__])
+    _torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 
 
 def _register_spyreccl() -> None:

@@ -108,3 +108,92 @@ def synchronize(device=None) -> None:
 
 def get_amp_supported_dtype():
     return [torch.float16, torch.bfloat16]
+
+
+def _resolved_index(device) -> int:
+    """The index named by `device`, with None/"spyre" resolved to the current device."""
+    index = _device_index(device)
+    return current_device() if index < 0 else index
+
+
+class device:
+    """Context manager that makes `device` the current spyre device (torch.cuda.device).
+
+    None (or a negative int, as on CUDA) leaves the current device unchanged.
+    Setting the device does not start the runtime.
+    """
+
+    def __init__(self, device):
+        self.idx = -1 if isinstance(device, int) and device < 0 else _device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            self.prev_idx = _C.current_device()
+            _C.set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.prev_idx >= 0:
+            _C.set_device(self.prev_idx)
+            self.prev_idx = -1
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the device of `obj` (a tensor or storage) current.
+
+    A no-op for objects that are not on spyre.
+    """
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "spyre" else -1)
+
+
+class _SpyreDeviceProperties:
+    """What get_device_properties reports (read-only)."""
+
+    __slots__ = ("name", "card_index", "total_memory", "engines", "dma_engines")
+
+    def __init__(self, name, card_index, total_memory, engines, dma_engines):
+        values = (name, card_index, total_memory, engines, dma_engines)
+        for key, value in zip(self.__slots__, values):
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key, value):
+        raise AttributeError(f"'{type(self).__name__}' object attribute '{key}' is read-only")
+
+    def __repr__(self):
+        engines = "unlimited" if self.engines is None else self.engines
+        return (
+            f"_SpyreDeviceProperties(name='{self.name}', card_index={self.card_index}, "
+            f"total_memory={self.total_memory >> 20}MB, engines={engines}, "
+            f"dma_engines={self.dma_engines})"
+        )
+
+
+def get_device_properties(device=None) -> _SpyreDeviceProperties:
+    """Name, card index, total memory (bytes), execution engines (None: unlimited)
+    and DMA engines of the device. Starts the runtime, as torch.cuda's does."""
+    props = _C._device_properties(_device_index(device))
+    return _SpyreDeviceProperties(
+        props["name"],
+        props["card_index"],
+        props["total_memory"],
+        props["engines"] or None,  # the runtime reports 0 for unlimited
+        props["dma_engines"],
+    )
+
+
+def get_device_name(device=None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None) -> dict:
+    """torch.accelerator.get_device_capability: {"supported_dtypes": {...}}, as on XPU."""
+    return torch.accelerator.get_device_capability(_resolved_index(device))
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 tensors, copies and autocast work on spyre."""
+    return True

@@ -1,14 +1,59 @@
-"""Pinned host memory statistics (torch.spyre.host_memory_stats, ...).
+"""Memory functions of torch.spyre, with torch.cuda's names and signatures.
 
-Device memory statistics are torch.accelerator's (memory_stats, memory_allocated,
-...); torch 2.13 has no accelerator-generic call for the host allocator, so these
-mirror torch.cuda's. docs/tensors.md, "Pinned host memory", says what they count.
+Device memory: thin delegates to torch.accelerator (the caching allocator's
+statistics). Pinned host memory: torch 2.13 has no accelerator-generic call for
+the host allocator, so these mirror torch.cuda's. docs/tensors.md says what
+each statistic counts.
 """
 
 from collections import OrderedDict
 from typing import Any
 
+import torch
+
 from . import _C
+from ._device import _resolved_index
+
+
+def memory_stats(device=None) -> "OrderedDict[str, Any]":
+    """The device allocator's statistics (torch.cuda.memory_stats's keys)."""
+    return torch.accelerator.memory_stats(_resolved_index(device))
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by tensors (sizes rounded as allocated)."""
+    return torch.accelerator.memory_allocated(_resolved_index(device))
+
+
+def max_memory_allocated(device=None) -> int:
+    return torch.accelerator.max_memory_allocated(_resolved_index(device))
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes of device memory the allocator holds: tensors plus cached blocks."""
+    return torch.accelerator.memory_reserved(_resolved_index(device))
+
+
+def max_memory_reserved(device=None) -> int:
+    return torch.accelerator.max_memory_reserved(_resolved_index(device))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    torch.accelerator.reset_peak_memory_stats(_resolved_index(device))
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    torch.accelerator.reset_accumulated_memory_stats(_resolved_index(device))
+
+
+def empty_cache() -> None:
+    """Return every cached, unused segment to the runtime."""
+    torch.accelerator.empty_cache()
+
+
+def mem_get_info(device=None) -> "tuple[int, int]":
+    """(free, total) bytes of device memory, from the runtime (cached segments count as used)."""
+    return torch.accelerator.get_memory_info(_resolved_index(device))
 
 
 def host_memory_stats() -> "OrderedDict[str, Any]":

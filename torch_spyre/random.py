@@ -43,3 +43,13 @@ def get_rng_state(device="spyre"):
 
 def set_rng_state(new_state, device="spyre") -> None:
     _generator(device).set_state(new_state)
+
+
+def get_rng_state_all():
+    """The generator states of every visible device, in device order."""
+    return [get_rng_state(index) for index in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for index, state in enumerate(new_states):
+        set_rng_state(state, index)

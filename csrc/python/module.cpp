@@ -150,6 +150,21 @@ void bindGenerators(py::module_& m) {
   });
 }
 
+// The bound device's properties (starts the runtime, as CUDA's does).
+void bindDeviceProperties(py::module_& m) {
+  m.def("_device_properties", [](int64_t device) {
+    ensureDevice(deviceArg(device));
+    const flex::DeviceProperties properties = runtimeContext()->properties();
+    py::dict result;
+    result["name"] = properties.name;
+    result["card_index"] = properties.card_index;
+    result["total_memory"] = properties.total_memory;
+    result["engines"] = properties.engines;
+    result["dma_engines"] = properties.dma_engines;
+    return result;
+  });
+}
+
 py::dict statDict(const c10::CachingAllocator::Stat& stat) {
   py::dict result;
   result["current"] = stat.current;
@@ -246,5 +261,6 @@ PYBIND11_MODULE(_C, m) {
   spyre::bindEvents(m);
   spyre::bindErrors(m);
   spyre::bindGenerators(m);
+  spyre::bindDeviceProperties(m);
   spyre::bindHostMemory(m);
 }

@@ -15,11 +15,12 @@ std::mutex g_create_mutex;
 std::atomic<RuntimeContext*> g_context{nullptr};
 
 constexpr int64_t kDefaultMemoryBytes = int64_t{16} << 30;
+constexpr int64_t kUnlimitedEngines = INT64_MAX;  // FLEX_STUB_ENGINES unset
 
 detail::SchedulerConfig schedulerConfigFromEnv() {
   detail::SchedulerConfig config;
   config.max_engines = static_cast<size_t>(
-      detail::envInt("FLEX_STUB_ENGINES", /*unlimited*/ INT64_MAX, 1, INT64_MAX));
+      detail::envInt("FLEX_STUB_ENGINES", kUnlimitedEngines, 1, INT64_MAX));
   // 1 GB/s is 1e9 bytes per second: one byte per nanosecond.
   config.dma_bytes_per_ns = detail::envPositiveDouble("FLEX_STUB_DMA_GBPS").value_or(0);
   config.dma_engines = static_cast<size_t>(detail::envInt(
@@ -86,6 +87,18 @@ RuntimeContext* RuntimeContext::get() { return g_context.load(std::memory_order_
 
 int RuntimeContext::deviceIndex() const { return impl_->device; }
 int RuntimeContext::cardIndex() const { return impl_->card; }
+
+DeviceProperties RuntimeContext::properties() const {
+  const detail::SchedulerConfig& config = impl_->scheduler.config();
+  DeviceProperties properties;
+  properties.name = "IBM Spyre (flex_stub emulation)";
+  properties.card_index = impl_->card;
+  properties.total_memory = impl_->memory.stats().total_bytes;
+  properties.engines =
+      config.max_engines == static_cast<size_t>(kUnlimitedEngines) ? 0 : config.max_engines;
+  properties.dma_engines = config.dma_engines;
+  return properties;
+}
 
 RuntimeStream* RuntimeContext::getDefaultStream() { return impl_->default_stream; }
 

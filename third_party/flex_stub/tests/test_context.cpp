@@ -49,6 +49,23 @@ TEST(context_card_index_follows_spyre_devices) {
   CHECK_EQ(RuntimeContext::create(1)->cardIndex(), 2);
 }
 
+TEST(context_properties_follow_the_environment) {
+  util::setEnv("SPYRE_DEVICES", "3");
+  util::setEnv("FLEX_STUB_MEMORY_BYTES", "4194304");
+  util::setEnv("FLEX_STUB_ENGINES", "2");
+  util::setEnv("FLEX_STUB_DMA_ENGINES", "3");
+  const flex::DeviceProperties properties = RuntimeContext::create(0)->properties();
+  CHECK_EQ(properties.name, std::string("IBM Spyre (flex_stub emulation)"));
+  CHECK_EQ(properties.card_index, 3);
+  CHECK_EQ(properties.total_memory, size_t{4194304});
+  CHECK_EQ(properties.engines, size_t{2});
+  CHECK_EQ(properties.dma_engines, size_t{3});
+}
+
+TEST(context_properties_report_unlimited_engines_as_zero) {
+  CHECK_EQ(util::context()->properties().engines, size_t{0});
+}
+
 TEST(context_default_stream_is_stable_with_id_zero) {
   RuntimeContext* context = util::context();
   RuntimeStream* stream = context->getDefaultStream();

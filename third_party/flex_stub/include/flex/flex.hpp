@@ -88,6 +88,15 @@ struct CompositeAddress {
   }
 };
 
+// What a device offers, as its context was configured at creation.
+struct DeviceProperties {
+  std::string name;
+  int card_index = 0;
+  size_t total_memory = 0;  // bytes (FLEX_STUB_MEMORY_BYTES)
+  size_t engines = 0;       // execution engines; 0: unlimited (FLEX_STUB_ENGINES unset)
+  size_t dma_engines = 0;   // threads that share one large copy (FLEX_STUB_DMA_ENGINES)
+};
+
 struct MemoryStats {
   size_t allocated_bytes = 0;       // currently allocated
   size_t peak_allocated_bytes = 0;  // high-water mark
@@ -233,6 +242,7 @@ class RuntimeContext {
 
   int deviceIndex() const;
   int cardIndex() const;
+  DeviceProperties properties() const;
 
   // The default stream (NORMAL priority), the same pointer on every call.
   RuntimeStream* getDefaultStream();
