@@ -190,6 +190,72 @@ def test_in_place_out_and_views_keep_their_semantics():
     assert values.cpu().tolist() == [2.0, 5.0] and indices.cpu().tolist() == [2, 2]
 
 
+def test_in_place_views_restride_the_tensor_itself():
+    # squeeze_, t_, transpose_, ... restride through as_strided_: metadata only.
+    cpu = torch.arange(6.0).reshape(1, 2, 3)
+    d = cpu.to(SPYRE)
+    assert d.squeeze_(0) is d and d.shape == (2, 3) and d.stride() == (3, 1)
+    d.t_()
+    assert d.shape == (3, 2) and d.stride() == (1, 3)
+    assert d.cpu().tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    d.unsqueeze_(1).as_strided_((2, 2), (1, 2), 1)
+    assert d.shape == (2, 2) and d.storage_offset() == 1
+    assert d.cpu().tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    # matmul of a vector and a matrix squeezes its result in place.
+    v, m = torch.tensor([1.0, 2.0]), torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+    r = torch.matmul(v.to(SPYRE), m.to(SPYRE))
+    assert r.shape == (3,) and r.cpu().tolist() == [1.0, 2.0, 3.0]
+    assert torch.rot90(d, 1, [0, 1]).cpu().tolist() == [[3.0, 4.0], [1.0, 2.0]]
+
+
+def test_factories_without_tensor_arguments_compute_on_the_device():
+    # The CPU kernel runs with a CPU device argument (not spyre's, which would
+    # re-enter the launch path from inside the kernel).
+    for _ in range(2):
+        t = torch.triu_indices(3, 3, device=SPYRE)
+        assert t.device == SPYRE
+        assert t.cpu().tolist() == [[0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]]
+    assert torch.tril_indices(2, 2, device=SPYRE).cpu().tolist() == [[0, 1, 1], [0, 0, 1]]
+    torch.spyre.synchronize()
+    assert torch.spyre.current_stream().query()
+
+
+def test_ops_whose_cpu_results_are_not_what_their_meta_kernel_says_give_cpus_results():
+    # CPU keeps half statistics of a half layer norm (the meta kernels say
+    # float32; spyre's native_layer_norm is ATen's composite, rounded
+    # otherwise); native_batch_norm returns empty statistics when not training.
+    x = torch.tensor([[1.0, 2.0, 4.0], [0.0, 1.0, 1.0]], dtype=torch.half)
+    expected = torch.native_layer_norm(x, [3], None, None, 1e-5)
+    got = torch.native_layer_norm(x.to(SPYRE), [3], None, None, 1e-5)
+    assert [t.dtype for t in got] == [t.dtype for t in expected] == [torch.half] * 3
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.cpu(), e, atol=1e-2, rtol=1e-2)
+    y = torch.tensor([[1.0, 2.0], [3.0, 5.0]])
+    mean, var = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 4.0])
+    for training in (True, False):
+        expected = torch.native_batch_norm(y, None, None, mean.clone(), var.clone(), training, 0.1, 1e-5)
+        got = torch.native_batch_norm(y.to(SPYRE), None, None, mean.to(SPYRE), var.to(SPYRE),
+                                      training, 0.1, 1e-5)
+        assert [t.shape for t in got] == [t.shape for t in expected]
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g.cpu(), e)
+    torch.spyre.synchronize()
+    assert torch.spyre.current_stream().query()
+
+
+def test_losses_of_every_shape_run_on_the_stream():
+    # binary_cross_entropy's and smooth_l1_loss's out= kernels resize `out`
+    # for inputs of more than one element: the functional op runs instead.
+    for shape in [(), (1,), (5,), (2, 3)]:
+        p = torch.full(shape, 0.25)
+        t = torch.ones(shape)
+        for loss in (F.binary_cross_entropy, F.smooth_l1_loss, F.l1_loss, F.mse_loss):
+            got = loss(p.to(SPYRE), t.to(SPYRE))
+            assert got.shape == () and torch.equal(got.cpu(), loss(p, t))
+    torch.spyre.synchronize()
+    assert torch.spyre.current_stream().query()
+
+
 def test_out_argument_with_wrong_shape_warns_and_is_resized_like_cpu():
     def warnings_of(fn):
         with warnings.catch_warnings(record=True) as caught:

@@ -14,6 +14,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -68,6 +69,15 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
                       c10::SymIntArrayRef stride, std::optional<c10::SymInt> storage_offset) {
   return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
+}
+
+// In-place restriding (squeeze_, t_, transpose_ and the other in-place views
+// go through it): metadata only. Through the launch path it would restride a
+// host alias and leave the tensor as it was.
+const at::Tensor& as_strided_(const at::Tensor& self, c10::SymIntArrayRef size,
+                              c10::SymIntArrayRef stride,
+                              std::optional<c10::SymInt> storage_offset) {
+  return at::native::as_strided__symint(self, size, stride, std::move(storage_offset));
 }
 
 at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
@@ -383,6 +393,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("as_strided_", TORCH_FN(as_strided_));
   m.impl("view", TORCH_FN(view));
   m.impl("_reshape_alias", TORCH_FN(reshape_alias));
   m.impl("unfold", TORCH_FN(unfold));

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -456,13 +457,26 @@ c10::IValue toMeta(const c10::IValue& v,
   return v;
 }
 
+// The tensors' dtypes, and the arguments that may change what a kernel
+// returns (CPU's native_batch_norm returns empty statistics when not training,
+// binary_cross_entropy's out= variant resizes its output for a reduction):
+// integers, booleans, strings, None. Floating-point values are left out, so
+// that a changing learning rate or scale does not make every call a new
+// signature.
 std::string dtypeSignature(const Stack& args) {
   std::string signature;
   for (const c10::IValue& v : args) {
-    forEachTensor(v, [&](const at::Tensor& t) {
-      signature += t.defined() ? (t.is_cpu() ? "|c" : "|") + std::string(c10::toString(t.scalar_type()))
-                               : "|-";
-    });
+    if (holdsTensors(v)) {
+      forEachTensor(v, [&](const at::Tensor& t) {
+        signature += t.defined() ? (t.is_cpu() ? "|c" : "|") + std::string(c10::toString(t.scalar_type()))
+                                 : "|-";
+      });
+    } else if (v.isNone() || v.isInt() || v.isBool() || v.isString() || v.isIntList() ||
+               v.isBoolList()) {
+      std::ostringstream value;
+      value << v;
+      signature += "|=" + value.str();
+    }
   }
   return signature;
 }
@@ -553,7 +567,11 @@ std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args
     bool all_new = std::all_of(plan->outputs.begin(), plan->outputs.end(), [](const OutputSpec& s) {
       return s.kind == OutputSpec::Kind::New;
     });
-    if (out && all_new && !has_undefined) {
+    // Losses (a `reduction` argument) compute the unreduced loss into `out`
+    // and then resize it, for some shapes only: the functional op, then a copy.
+    const bool reduces = std::any_of(arguments.begin(), arguments.end(),
+                                     [](const c10::Argument& a) { return a.name() == "reduction"; });
+    if (out && all_new && !has_undefined && !reduces) {
       plan->cpu_op = out;
       plan->out_variant = true;
     } else {
@@ -637,6 +655,10 @@ struct Work {
   std::vector<bool> output_is_list;
   int num_threads;
   bool on_engine = false;
+  // Set by run() when a result of the functional op is not the output the
+  // meta kernel described (its size or dtype): the meta kernel and CPU's
+  // disagree, so the plan cannot be launched.
+  bool result_mismatch = false;
 
   explicit Work(const c10::OperatorHandle& op) : cpu_op(op) {}
 
@@ -667,9 +689,12 @@ struct Work {
     return list;
   }
 
+  enum class Scratch { Ok, Failed, Mismatch };
+
   // This work over zeroed host scratch memory of the same layout (tensors that
-  // share memory share scratch). True when the kernel accepted it.
-  bool runOnScratch(std::vector<c10::Warning>& warnings) const {
+  // share memory share scratch): Ok when the kernel accepted it, Mismatch when
+  // its results are not the outputs the meta kernel described.
+  Scratch runOnScratch(std::vector<c10::Warning>& warnings) const {
     constexpr size_t kMaxScratchBytes = size_t{64} << 20;
     std::vector<std::pair<void*, at::Tensor>> scratch;
     size_t total = 0;
@@ -695,16 +720,31 @@ struct Work {
     for (auto& refs : copy.outputs) {
       for (TensorRef& ref : refs) substitute(ref);
     }
-    if (total > kMaxScratchBytes) return false;
+    if (total > kMaxScratchBytes) return Scratch::Failed;
     WarningCollector collector;
     try {
       const c10::WarningUtils::WarningHandlerGuard collect(&collector);
       copy.run();
     } catch (const std::exception&) {
-      return false;
+      return copy.result_mismatch ? Scratch::Mismatch : Scratch::Failed;
     }
     warnings = std::move(collector.warnings);
-    return true;
+    return Scratch::Ok;
+  }
+
+  // out <- result, which must be what the meta kernel said (copy_ would
+  // broadcast or convert it silently).
+  void copyResult(const TensorRef& out, const at::Tensor& result) {
+    if (!result.defined() || result.scalar_type() != out.dtype ||
+        !result.sizes().equals(out.sizes)) {
+      result_mismatch = true;
+      TORCH_CHECK(false, "spyre: ", cpu_op.operator_name(), " returned ",
+                  result.defined() ? result.sizes() : c10::IntArrayRef{}, " ",
+                  result.defined() ? c10::toString(result.scalar_type()) : "undefined",
+                  " where its meta kernel gave ", c10::IntArrayRef(out.sizes), " ",
+                  c10::toString(out.dtype));
+    }
+    out.cpuAlias().copy_(result);
   }
 
   void run() {
@@ -724,12 +764,19 @@ struct Work {
       for (size_t k = 0; k < outputs.size(); ++k) {
         if (outputs[k].empty()) continue;  // an argument, written in place
         if (output_is_list[k]) {
-          const auto results = stack[k].toTensorList();
-          for (size_t i = 0; i < results.size(); ++i) {
-            outputs[k][i].cpuAlias().copy_(results.get(i));
+          // outputs[k] holds the defined outputs only.
+          std::vector<at::Tensor> results;
+          for (const at::Tensor& t : stack[k].toTensorList()) {
+            if (t.defined()) results.push_back(t);
           }
+          if (results.size() != outputs[k].size()) {
+            result_mismatch = true;
+            TORCH_CHECK(false, "spyre: ", cpu_op.operator_name(), " returned ", results.size(),
+                        " tensors where its meta kernel gave ", outputs[k].size());
+          }
+          for (size_t i = 0; i < results.size(); ++i) copyResult(outputs[k][i], results[i]);
         } else {
-          outputs[k][0].cpuAlias().copy_(stack[k].toTensor());
+          copyResult(outputs[k][0], stack[k].toTensor());
         }
       }
     }
@@ -870,22 +917,40 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
 
 // First call of a plan's kernel and dtypes: try it on scratch data. An out=
 // variant that warns or fails there (some use `out` as scratch space and
-// resize it) is replaced by the functional op plus a copy. False when the
-// kernel fails on scratch data anyway.
-bool verifyPlan(Plan& plan, Work& work) {
+// resize it) is replaced by the functional op plus a copy. No when the kernel
+// fails on scratch data anyway; Synchronous when CPU's results are not the
+// outputs the meta kernel described (native_layer_norm's statistics of a half
+// input, native_batch_norm's when not training): the op must run as CPU runs it.
+enum class Verified { Yes, No, Synchronous };
+
+Verified verifyPlan(Plan& plan, Work& work) {
+  using Scratch = Work::Scratch;
   std::vector<c10::Warning> warnings;
   if (!verifiedSignatures().contains(plan.signature)) {
-    const bool ok = work.runOnScratch(warnings);
-    if (!ok || (!warnings.empty() && plan.out_variant)) {
-      if (!plan.out_variant) return false;
+    if (plan.out_variant) {
+      // An out= kernel converts (or resizes) into outputs that are not what
+      // it would return: compare the functional op's results first.
+      Work functional = work;
+      functional.cpu_op = *plan.functional_op;
+      functional.out_variant = false;
+      functional.copy_results = true;
+      std::vector<c10::Warning> ignored;
+      if (functional.runOnScratch(ignored) == Scratch::Mismatch) return Verified::Synchronous;
+    }
+    Scratch result = work.runOnScratch(warnings);
+    if (result == Scratch::Mismatch) return Verified::Synchronous;
+    if (result != Scratch::Ok || (!warnings.empty() && plan.out_variant)) {
+      if (!plan.out_variant) return Verified::No;
       plan.out_variant = work.out_variant = false;
       plan.copy_results = work.copy_results = true;
       plan.cpu_op = plan.functional_op;
       work.cpu_op = *plan.functional_op;
       plan.signature = c10::toString(plan.cpu_op->operator_name()) + plan.dtypes;
       warnings.clear();
-      if (!verifiedSignatures().contains(plan.signature) && !work.runOnScratch(warnings)) {
-        return false;
+      if (!verifiedSignatures().contains(plan.signature)) {
+        result = work.runOnScratch(warnings);
+        if (result == Scratch::Mismatch) return Verified::Synchronous;
+        if (result != Scratch::Ok) return Verified::No;
       }
     }
   }
@@ -895,7 +960,7 @@ bool verifyPlan(Plan& plan, Work& work) {
   }
   plan.verified = true;
   verifiedSignatures().add(plan.signature);
-  return true;
+  return Verified::Yes;
 }
 
 }  // namespace
@@ -982,17 +1047,34 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       if (holdsTensors(args[i])) {
         work->slots.push_back(slotOf(static_cast<int>(i), args[i]));
         work->args.emplace_back();
+      } else if (args[i].isDevice() && args[i].toDevice().is_privateuseone()) {
+        // A factory's device: the CPU kernel makes a host tensor (copied into
+        // the output), not a spyre one through the launch path again.
+        work->args.emplace_back(c10::Device(c10::kCPU));
       } else {
         work->args.push_back(args[i]);
       }
     }
     recordUses(args, stream);
     const char* name = compute_op.schema().name().c_str();
-    if (!plan->verified && !verifyPlan(*plan, *work)) {
+    const Verified verified = plan->verified ? Verified::Yes : verifyPlan(*plan, *work);
+    if (verified == Verified::Synchronous) {
+      plan->synchronous = true;
+      runSynchronously(compute_op, stack, first, device);
+      return;
+    }
+    if (verified == Verified::No) {
       // The kernel failed on scratch data: run it on the real data at the
       // call, so whatever it raises reaches the caller.
       stream.synchronize();
-      work->run();
+      try {
+        work->run();
+      } catch (const std::exception&) {
+        if (!work->result_mismatch) throw;
+        plan->synchronous = true;  // its results are not what the meta kernel said
+        runSynchronously(compute_op, stack, first, device);
+        return;
+      }
       plan->verified = true;
       verifiedSignatures().add(plan->signature);
     } else {
