@@ -39,11 +39,11 @@ EXCLUDED = {
 # where CPU has a fused kernel: the same math, rounded at other steps. Compared
 # with LOOSE tolerances instead of assert_close's defaults.
 LOOSE_TOLERANCE = {
-    "addr": "math_addr: beta * self + alpha * outer(a, b), rounded at each step",
-    "native_group_norm": "math_group_norm: statistics and normalization as separate ops",
-    "nn.functional.group_norm": "math_group_norm: statistics and normalization as separate ops",
-    "nn.functional.layer_norm": "math_native_layer_norm: statistics and normalization as separate ops",
-    "nn.functional.linear_cross_entropy.chunked_none": "native_layer_norm / chunked matmuls, as above",
+    # (addr, native_layer_norm and native_group_norm run CPU's kernels on spyre,
+    # not ATen's decompositions for other backends: exact.)
+    "nn.functional.linear_cross_entropy.chunked_none":
+        "reduced-precision matmuls of chunks: the out= GEMM path spyre takes rounds one element of "
+        "8 differently from CPU's functional one (1.6e-3 relative in float16)",
 }
 LOOSE = {torch.float16: dict(atol=5e-2, rtol=5e-2), torch.bfloat16: dict(atol=5e-2, rtol=5e-2)}
 LOOSE_DEFAULT = dict(atol=1e-3, rtol=1e-3)
