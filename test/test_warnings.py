@@ -58,10 +58,6 @@ LOSSES = {
         lambda d, r: F.multilabel_margin_loss(d["x"], d["ml"], reduction=r),
 }
 
-# On spyre these warn "An output with one or more elements was resized" from
-# inside the CPU fallback, which is being rewritten.
-FALLBACK_WARNS = {("mse_loss", "mean"), ("mse_loss", "sum"), ("smooth_l1_loss", "mean"),
-                  ("smooth_l1_loss", "sum")}
 
 
 def run_quietly(fn):
@@ -79,8 +75,7 @@ def loss_and_grad(name, reduction, device):
 
 
 @pytest.mark.parametrize("name,reduction", [
-    pytest.param(name, reduction, marks=pytest.mark.xfail(strict=False, reason="fallback rewrite"))
-    if (name, reduction) in FALLBACK_WARNS else (name, reduction)
+    (name, reduction)
     for name in LOSSES for reduction in ("none", "mean", "sum")
 ])
 def test_loss_warns_nothing_and_equals_cpu(name, reduction):
@@ -158,7 +153,7 @@ def train(device, loss_name, optimizer_class):
 @pytest.mark.parametrize("optimizer_class", [torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW])
 @pytest.mark.parametrize("loss_name", [
     "cross_entropy",
-    pytest.param("mse_loss", marks=pytest.mark.xfail(strict=False, reason="fallback rewrite")),
+    "mse_loss",
 ])
 def test_training_loop_warns_nothing_and_equals_cpu(loss_name, optimizer_class):
     expected = run_quietly(lambda: train("cpu", loss_name, optimizer_class))
