@@ -103,10 +103,10 @@ bool holdsTensors(const c10::IValue& value) {
   return false;
 }
 
-[[noreturn]] void throwDeviceMismatch(const at::Tensor& spyre, const at::Tensor& other,
+[[noreturn]] void throwDeviceMismatch(c10::Device spyre, const at::Tensor& other,
                                       const c10::OperatorHandle& op) {
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
-              "devices, ", spyre.device(), " and ", other.device(), "! (in ",
+              "devices, ", spyre, " and ", other.device(), "! (in ",
               op.operator_name(), ")");
 }
 
@@ -123,7 +123,7 @@ bool takesHostIndices(const c10::OperatorHandle& op, const c10::Argument& argume
 // spyre device argument (factories), or the current device.
 c10::DeviceIndex checkDevices(const c10::OperatorHandle& op, Stack* stack, size_t first) {
   const auto& arguments = op.schema().arguments();
-  const at::Tensor* spyre = nullptr;
+  std::optional<c10::Device> spyre;  // a copy: list elements are not stable references
   std::optional<c10::DeviceIndex> device;
   for (size_t i = 0; i < arguments.size(); ++i) {
     c10::IValue& value = (*stack)[first + i];
@@ -146,22 +146,22 @@ c10::DeviceIndex checkDevices(const c10::OperatorHandle& op, Stack* stack, size_
   }
   for (size_t i = 0; i < arguments.size(); ++i) {
     forEachTensor((*stack)[first + i], [&](const at::Tensor& t) {
-      if (isSpyre(t) && spyre == nullptr) spyre = &t;
+      if (isSpyre(t) && !spyre) spyre = t.device();
     });
   }
   for (size_t i = 0; i < arguments.size(); ++i) {
     forEachTensor((*stack)[first + i], [&](const at::Tensor& t) {
       if (!t.defined() || (t.is_cpu() && t.dim() == 0)) return;
-      if (spyre == nullptr) {
+      if (!spyre) {
         // No spyre tensor: a factory with device="spyre" and host tensor inputs.
         if (t.is_cpu()) return;
         TORCH_CHECK(false, "spyre: unexpected ", t.device(), " tensor argument for ",
                     op.operator_name());
       }
-      if (t.device() != spyre->device()) throwDeviceMismatch(*spyre, t, op);
+      if (t.device() != *spyre) throwDeviceMismatch(*spyre, t, op);
     });
   }
-  if (spyre != nullptr) return ensureDevice(spyre->device().index());
+  if (spyre) return ensureDevice(spyre->index());
   return device ? *device : ensureDevice(-1);
 }
 
