@@ -599,17 +599,19 @@ def test_record_stream_delays_the_reuse():
 
 
 @pytest.mark.usefixtures("no_stray_frees")
-def test_free_without_pending_work_is_reused_at_once():
+def test_free_recorded_on_an_idle_stream_waits_only_for_its_marker():
     # On a stream of its own (blocks belong to their allocation stream), so no
     # other test's cached block of the same size competes for best fit.
     s = torch.spyre.Stream()
+    other = torch.spyre.Stream()
     torch.accelerator.empty_cache()
     with s:
         t = torch.ones(256, device="spyre")
         ptr = t.data_ptr()
         torch.spyre.synchronize()
-        t.record_stream(torch.spyre.Stream())  # idle streams hold nothing back
-        del t
+        t.record_stream(other)
+        del t  # queues a marker on `other`; the block is free once it completes
+        other.synchronize()  # the marker, nothing else: `other` had no work
         assert torch.empty(256, device="spyre").data_ptr() == ptr
 
 
