@@ -18,6 +18,7 @@ import sys
 
 import torch
 
+import compiled
 import compute
 import native
 import python_api
@@ -107,6 +108,7 @@ def main(argv=None):
         native.rows(args.quick, repeats, selected)
         + python_api.rows(args.quick, repeats, selected)
         + compute.rows(args.quick, repeats, selected)
+        + compiled.rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]
     print_table(rows, args.markdown)

@@ -36,6 +36,9 @@ ROWS = {
     "compute.matmul_512",
     "compute.mlp_train_step",
     "compute.two_streams",
+    "compile.mlp_forward",
+    "compile.transformer_block",
+    "compile.first_compile",
 }
 
 

@@ -22,7 +22,7 @@ def _autoload() -> None:
 import torch as _torch  # noqa: E402
 
 # Loading _C registers the device guard, hooks, allocators and kernels.
-from . import _C  # noqa: F401,E402
+from . import _C, _compile  # noqa: F401,E402
 # _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
 from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,
@@ -136,5 +136,24 @@ def _register_spyreccl() -> None:
     dist.Backend.register_backend("spyreccl", create, extended_api=True, devices=["spyre"])
 
 
+# Inductor asks the device module for its code generators (torch.spyre.Scheduling
+# etc.); they load with inductor, at the first compile, never at `import torch`.
+_INDUCTOR_BACKEND = {
+    "Scheduling": "Scheduling",
+    "PythonWrapperCodegen": "SpyreWrapperCodegen",
+    "CppWrapperCodegen": "CppWrapperRefused",
+    "WrapperFxCodegen": "FxWrapperRefused",
+}
+
+
+def __getattr__(name):
+    if name in _INDUCTOR_BACKEND:
+        from ._compile import inductor
+
+        return getattr(inductor, _INDUCTOR_BACKEND[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _register()
 _register_spyreccl()
+_compile.register_when_dynamo_loads()

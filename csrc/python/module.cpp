@@ -9,6 +9,7 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
+#include "aten/compiled_kernel.h"
 #include "aten/launch.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
@@ -227,6 +228,55 @@ bool mustNotReturnToPython() noexcept {
          PyThread_get_thread_ident() != main_thread_ident;
 }
 
+// torch.compile's kernels (torch_spyre/_inductor): called with the
+// arguments inductor passes, queued on the current stream.
+void bindCompiledKernels(py::module_& m) {
+  py::class_<CompiledKernel>(m, "_CompiledKernel")
+      .def(py::init<uintptr_t, std::string, std::string>(), py::arg("entry"), py::arg("kinds"),
+           py::arg("name"))
+      .def_property_readonly("name", &CompiledKernel::name)
+      .def("__call__", [](const CompiledKernel& kernel, const py::args& args) {
+        const std::string& kinds = kernel.kinds();
+        TORCH_CHECK_TYPE(args.size() == kinds.size(), "compiled kernel ", kernel.name(), " takes ",
+                         kinds.size(), " arguments, got ", args.size());
+        const SpyreStream stream = getCurrentStream(-1);
+        CompiledKernel::Slots slots(kinds.size(), 0);
+        size_t bytes = 0;
+        for (size_t i = 0; i < kinds.size(); ++i) {
+          const py::handle arg = args[i];
+          switch (kinds[i]) {
+            case 'p': {
+              TORCH_CHECK_TYPE(THPVariable_Check(arg.ptr()), "compiled kernel ", kernel.name(),
+                               ": argument ", i, " must be a tensor, got ",
+                               py::str(py::type::of(arg)).cast<std::string>());
+              const at::Tensor& t = THPVariable_Unpack(arg.ptr());
+              TORCH_CHECK_VALUE(t.device() == stream.device(), "compiled kernel ", kernel.name(),
+                                ": argument ", i, " is on ", t.device(), ", expected ",
+                                stream.device());
+              slots[i] = reinterpret_cast<uintptr_t>(t.data_ptr());
+              bytes += t.nbytes();
+              break;
+            }
+            case 'i': {
+              const int64_t value = arg.cast<int64_t>();
+              std::memcpy(&slots[i], &value, sizeof(value));
+              break;
+            }
+            case 'f': {
+              const float value = arg.cast<float>();
+              std::memcpy(&slots[i], &value, sizeof(value));
+              break;
+            }
+            default: {
+              const double value = arg.cast<double>();
+              std::memcpy(&slots[i], &value, sizeof(value));
+            }
+          }
+        }
+        kernel.launch(stream, std::move(slots), bytes);
+      });
+}
+
 // Host waits release the GIL (runtime/host_wait.h): an engine thread or
 // another Python thread may need it to finish what this thread waits for.
 void waitWithoutGil(HostWaitFn fn, void* arg) noexcept {
@@ -263,4 +313,5 @@ PYBIND11_MODULE(_C, m) {
   spyre::bindGenerators(m);
   spyre::bindDeviceProperties(m);
   spyre::bindHostMemory(m);
+  spyre::bindCompiledKernels(m);
 }
