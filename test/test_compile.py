@@ -84,17 +84,44 @@ def test_two_compiled_calls_on_two_streams_run_independently():
     assert torch.equal(b.cpu(), torch.arange(8.0).cos() + 1)
 
 
-def test_streams_inside_a_compiled_function_give_eagers_result():
-    def fn(t, side):
-        with torch.spyre.stream(side):
-            u = t.cos() + 1
-        torch.spyre.current_stream().wait_stream(side)
-        return u * 2
+def side_stream_fn(t, side):
+    with torch.spyre.stream(side):
+        u = t.cos() + 1
+    torch.spyre.current_stream().wait_stream(side)
+    return u * 2
 
+
+def event_fn(t, side, event):
+    with side:
+        u = t.cos() + 1
+        event.record(side)
+    torch.accelerator.current_stream().wait_event(event)
+    return u * 2
+
+
+@pytest.mark.parametrize("fn, kind", [(side_stream_fn, "spyre"), (event_fn, "torch")],
+                         ids=["torch.spyre.stream+wait_stream", "torch.Stream+torch.Event"])
+def test_streams_inside_a_compiled_function_are_traced_and_used(fn, kind):
+    # One graph (fullgraph): the kernel inside the stream context runs on the
+    # side stream, the rest on the caller's stream after waiting for it.
     x = torch.linspace(-1, 1, 16).to(SPYRE)
-    side = torch.spyre.Stream()
-    expected = fn(x, side).cpu()
-    assert torch.equal(torch.compile(fn)(x, side).cpu(), expected)
+    side = torch.spyre.Stream() if kind == "spyre" else torch.Stream(device="spyre")
+    args = (x, side) if kind == "spyre" else (x, side, torch.Event(device="spyre"))
+    compiled = torch.compile(fn, fullgraph=True)
+    expected = fn(*args).cpu()
+    assert torch.equal(compiled(*args).cpu(), expected)
+    torch.spyre.synchronize()
+    caller = torch.spyre.current_stream()
+    with Gate() as gate:
+        gate.block(side)
+        side_before, caller_before = launched_ops(side), launched_ops(caller)
+        y = compiled(*args)
+        # side: the cos+1 kernel and an event record; the caller: the wait and the kernel.
+        assert (launched_ops(side) - side_before, launched_ops(caller) - caller_before) == (2, 2)
+        assert not caller.query()  # held by the wait on the gated side stream
+        gate.release()
+    torch.spyre.synchronize()
+    assert torch.equal(y.cpu(), expected)
 
 
 def test_device_index_fullgraph():

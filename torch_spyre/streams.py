@@ -109,11 +109,18 @@ class StreamContext:
 
 def stream(stream) -> StreamContext:
     """Context manager that runs its body on `stream` (None: leave the current stream)."""
+    if stream is not None and torch.compiler.is_compiling():
+        # Dynamo traces torch.Stream's own context manager into stream-annotated
+        # graphs (docs/compile.md); it cannot evaluate the device check.
+        return stream
     return StreamContext(stream)
 
 
 def current_stream(device=None) -> Stream:
     """The calling thread's current stream (the default stream until set)."""
+    if torch.compiler.is_compiling():
+        return torch.accelerator.current_stream() if device is None else \
+            torch.accelerator.current_stream(device)  # what dynamo traces
     return Stream._wrap(_C._current_stream(_device_index(device)))
 
 

@@ -12,6 +12,7 @@ calls on spyre tensors, which the launch path also queues on the stream.
 from torch._inductor.codegen.common import DeviceOpOverrides, register_device_op_overrides
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+from torch._inductor.stream_constants import DEFAULT_STREAM, DEFAULT_STREAM_IDX, STREAM_NAME_TEMPLATE
 from torch._inductor.virtualized import V
 
 Scheduling = CppScheduling
@@ -76,6 +77,7 @@ class SpyreDeviceOpOverrides(DeviceOpOverrides):
 register_device_op_overrides("spyre", SpyreDeviceOpOverrides())
 
 _CPU_DEFINITION = "async_compile.cpp_pybinding("
+_EXTERNAL_OBJECTS = "from torch._dynamo.graph_bytecode_inputs import get_external_object_by_index"
 
 
 def _define_on_spyre(kernel_name, kernel_body):
@@ -110,6 +112,25 @@ class SpyreWrapperCodegen(_SpyreKernels, PythonWrapperCodegen):
     def write_header(self):
         super().write_header()
         self.imports.writeline("from torch_spyre._compile import kernels as spyre_kernels")
+
+    def codegen_cuda_stream_enter(self, stream_idx):
+        # Graphs with user streams (`with torch.spyre.stream(s)` traced by
+        # dynamo) switch streams with `with stream<i>:`. Inductor declares those
+        # names in the device guard it opens for GPUs only; spyre declares each
+        # before its first use, which is never inside another stream's context
+        # (inductor exits one before entering the next).
+        declared = self.__dict__.setdefault("_declared_streams", set())
+        if stream_idx not in declared:
+            declared.add(stream_idx)
+            name = STREAM_NAME_TEMPLATE.format(stream_idx=stream_idx)
+            if stream_idx == DEFAULT_STREAM_IDX:
+                self.writeline(f"{DEFAULT_STREAM} = torch.spyre.current_stream()")
+            else:
+                if not self.imports.contains(_EXTERNAL_OBJECTS):
+                    self.imports.writeline(_EXTERNAL_OBJECTS)
+                index = V.graph.scheduler.stream_idx_to_user_obj_idx[stream_idx]
+                self.writeline(f"{name} = get_external_object_by_index({index})")
+        return super().codegen_cuda_stream_enter(stream_idx)
 
     @staticmethod
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
