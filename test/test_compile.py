@@ -7,11 +7,14 @@ are the CPU backend's code, so compiled spyre == compiled CPU exactly.
 """
 
 import copy
+import threading
+import time
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch._inductor.utils import run_and_get_code
 from torch_spyre import _C
 from torch_spyre.testing import Gate, completed_ops, launched_ops
 
@@ -122,6 +125,49 @@ def test_streams_inside_a_compiled_function_are_traced_and_used(fn, kind):
         gate.release()
     torch.spyre.synchronize()
     assert torch.equal(y.cpu(), expected)
+
+
+@pytest.mark.parametrize("sync", [torch.spyre.synchronize, torch.accelerator.synchronize],
+                         ids=["torch.spyre.synchronize", "torch.accelerator.synchronize"])
+def test_synchronize_inside_a_graph_waits_for_the_device(sync):
+    def fn(t):
+        u = t.sin()
+        sync()
+        return u + 1
+
+    x = torch.arange(4.0).to(SPYRE)
+    compiled = torch.compile(fn, fullgraph=True)
+    assert torch.equal(compiled(x).cpu(), torch.arange(4.0).sin() + 1)
+    side = torch.spyre.Stream()
+    results = []
+    with Gate() as gate:
+        gate.block(side)
+        caller = threading.Thread(target=lambda: results.append(compiled(x)))
+        caller.start()
+        while _C._threads_in_host_waits() < 1:  # the graph's synchronize is waiting
+            time.sleep(0.001)
+        assert caller.is_alive() and results == []
+    caller.join(timeout=30)
+    assert torch.equal(results[0].cpu(), torch.arange(4.0).sin() + 1)
+
+
+def test_a_kernel_before_a_device_less_op_is_called_before_it():
+    # The C++ backend defers kernel calls to a flush; a synchronize (an op
+    # with no device) must not be written before the kernel that precedes it,
+    # nor the input the kernel reads be freed first.
+    def fn(t):
+        v = t * 3
+        torch.accelerator.synchronize()
+        return v
+
+    x = torch.arange(4.0).to(SPYRE)
+    out, (code,) = run_and_get_code(torch.compile(fn, fullgraph=True), x)
+    assert out.cpu().tolist() == [0.0, 3.0, 6.0, 9.0]
+    call = [line.strip() for line in code[code.index("def call(self, args)"):].splitlines()]
+    kernel = next(i for i, line in enumerate(call) if line.startswith("cpp_fused_mul"))
+    wait = next(i for i, line in enumerate(call) if line.startswith("torch.ops.streams.sync"))
+    freed = call.index("del arg0_1")
+    assert kernel < freed < wait
 
 
 def test_device_index_fullgraph():

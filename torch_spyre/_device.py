@@ -103,6 +103,12 @@ def init() -> None:
 
 def synchronize(device=None) -> None:
     """Wait for all work on every stream of the device (default: the current one)."""
+    if torch.compiler.is_compiling():  # what dynamo traces (docs/compile.md)
+        if device is None:
+            torch.accelerator.synchronize()  # dynamo's handler refuses an explicit None
+        else:
+            torch.accelerator.synchronize(device)
+        return
     _C._synchronize(_device_index(device))
 
 
