@@ -170,14 +170,19 @@ def test_a_kernel_before_a_device_less_op_is_called_before_it():
     assert kernel < freed < wait
 
 
-def test_device_index_fullgraph():
-    # test_accelerator.py::test_device_index_fullgraph's scenario, on spyre.
-    def fn(t):
-        with torch.accelerator.device_index(0):
-            return t + torch.accelerator.current_device_index() + 1
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_device_index_fullgraph(backend):
+    # test_accelerator.py::test_device_index_fullgraph, on spyre (device=0 is
+    # the current accelerator), with inductor too.
+    def fn(x):
+        with torch.accelerator.device_index(x.device.index):
+            x = torch.sin(x + 1)
+        return x + torch.accelerator.current_device_index()
 
-    x = torch.arange(3.0).to(SPYRE)
-    assert torch.compile(fn, fullgraph=True)(x).cpu().tolist() == [1.0, 2.0, 3.0]
+    x = torch.randn((2, 2), device=0, generator=None)
+    assert x.device == SPYRE
+    opt_fn = torch.compile(backend=backend, fullgraph=True)(fn)
+    assert torch.equal(opt_fn(x).cpu(), fn(x).cpu())
 
 
 def test_fullgraph_without_stream_calls_compiles_one_graph():
