@@ -105,6 +105,98 @@ def test_unknown_stream_id_is_a_clear_error():
     assert torch.accelerator.current_stream().stream_id == 0
 
 
+# ---------------------------------------------------------------- per-thread handle cache
+
+
+def test_threads_resolving_the_same_ids_see_the_same_handles():
+    streams = [torch.spyre.default_stream()] + [torch.spyre.Stream(priority=p) for p in (0, -1, 0, -1)]
+    expected = [s.native_handle for s in streams]
+    assert len(set(expected)) == len(streams) and 0 not in expected
+    barrier = threading.Barrier(8)
+    seen = [None] * 8
+
+    def resolve(slot):
+        barrier.wait()  # all 8 first resolutions (the locked lookups) at once
+        first = [s.native_handle for s in streams]
+        again = [s.native_handle for s in streams]  # from the thread's cache
+        seen[slot] = (first, again)
+
+    threads = [threading.Thread(target=resolve, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert seen == [(expected, expected)] * 8
+    assert [s.native_handle for s in streams] == expected
+
+
+def test_an_unmapped_id_is_not_cached_and_resolves_once_mapped():
+    proc = run_python(
+        """
+        import threading, torch
+        C = torch.spyre._C
+        torch.spyre.init()
+        late = torch.Stream(stream_id=3, device_index=0, device_type=C._device_type)
+        asked, mapped, done = threading.Event(), threading.Event(), threading.Event()
+        out = []
+        def other():
+            for _ in range(2):  # an unknown id raises every time, as before
+                try:
+                    late.native_handle
+                except RuntimeError as e:
+                    out.append(str(e).splitlines()[0])
+            asked.set(); mapped.wait()
+            out.append(late.native_handle)
+        t = threading.Thread(target=other); t.start()
+        asked.wait()
+        handed = [torch.spyre.Stream() for _ in range(3)]  # ids 1, 2, 3: maps id 3
+        assert handed[2].stream_id == 3
+        mapped.set(); t.join()
+        print(out[0]); print(out[1]); print(out[2] == handed[2].native_handle)
+        """
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == lines[1]
+    assert lines[0].startswith("SpyreStream: no flex handle for stream id 3 on spyre:0")
+    assert lines[2] == "True"
+
+
+def test_a_thread_created_after_free_runtime_resolves_as_before():
+    proc = run_python(
+        """
+        import threading, torch
+        C = torch.spyre._C
+        streams = [torch.spyre.default_stream(), torch.spyre.Stream(), torch.spyre.Stream(priority=-1)]
+        before = [s.native_handle for s in streams]
+        C.free_runtime()
+        ghost = torch.Stream(stream_id=7, device_index=0, device_type=C._device_type)
+        out = {}
+        def fresh():  # a new thread: its cache is empty, every first resolve is a lookup
+            out["handles"] = [s.native_handle for s in streams]
+            with streams[1]:
+                torch.spyre._sleep(1)  # a mapped handle keeps working
+            streams[1].synchronize()
+            out["idle"] = streams[1].query()
+            try:
+                ghost.query()
+            except RuntimeError as e:
+                out["ghost"] = str(e).splitlines()[0]
+            try:
+                torch.spyre.Stream(priority=-1)  # id 34: needs the freed context
+            except RuntimeError as e:
+                out["new"] = str(e).splitlines()[0]
+        t = threading.Thread(target=fresh); t.start(); t.join()
+        print(out["handles"] == before, out["idle"])
+        print(out["ghost"]); print(out["new"])
+        """
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "True True"
+    assert lines[1].startswith("SpyreStream: no flex handle for stream id 7 on spyre:0")
+    assert lines[2] == (
+        "The Spyre runtime was shut down by free_runtime(); restarting it in the same "
+        "process is not supported (start a new process)"
+    )
+
+
 # ---------------------------------------------------------------- current stream
 
 

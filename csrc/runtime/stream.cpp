@@ -43,6 +43,18 @@ StreamPool& streamPool() {
 
 thread_local c10::StreamId tls_current_stream_id = kDefaultStreamId;
 
+// Per-thread read-through cache of resolved handles, indexed by stream id
+// (docs/streams.md, "The per-thread handle cache"). A slot is filled from
+// stream_handle_map under the shared_lock the first time this thread resolves
+// the id, and read without any lock afterwards. Valid by the note's
+// invariants: the map is append-only, an id once mapped always maps to the
+// same flex::RuntimeStream*, and no handle is ever removed or destroyed by the
+// pool, so a cached slot can never go stale. Only found handles are cached: an
+// unmapped id takes the locked lookup (and raises) every time, and is
+// resolved normally once the pool maps it. Plain pointers: no destructor
+// runs at thread exit.
+thread_local std::array<flex::RuntimeStream*, kNumPoolStreamIds> tls_handle_cache{};
+
 #ifdef SPYRE_LOCK_AUDIT
 thread_local detail::PoolLockHeld tls_pool_lock_held = detail::PoolLockHeld::None;
 #endif
@@ -115,6 +127,26 @@ void createRuntimeStream(c10::StreamId id, bool high_priority) {
   });
 }
 
+// resolveRuntimeHandle()'s first resolution of `id` on this thread: the
+// note's shared_lock lookup, then the handle goes into the thread's cache.
+flex::RuntimeStream* lookUpAndCache(c10::StreamId id, c10::DeviceIndex device) {
+  StreamPool& pool = streamPool();
+  flex::RuntimeStream* handle = nullptr;
+  {
+    PoolLock<std::shared_lock> lock(pool);
+    auto it = pool.stream_handle_map.find(id);
+    TORCH_CHECK(it != pool.stream_handle_map.end(), "SpyreStream: no flex handle for stream id ",
+                id, " on spyre:", static_cast<int>(device),
+                " (ids 0-64 are valid and mapped when first handed out by the pool; "
+                "create streams with torch.spyre.Stream() or torch.Stream(device='spyre'))");
+    handle = it->second;
+  }
+  if (id >= 0 && id < kNumPoolStreamIds) {
+    tls_handle_cache[static_cast<size_t>(id)] = handle;
+  }
+  return handle;
+}
+
 }  // namespace
 
 #ifdef SPYRE_LOCK_AUDIT
@@ -145,15 +177,14 @@ int SpyreStream::priority() const {
 }
 
 flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
-  ensureDevice(device_index());
-  StreamPool& pool = streamPool();
-  PoolLock<std::shared_lock> lock(pool);
-  auto it = pool.stream_handle_map.find(id());
-  TORCH_CHECK(it != pool.stream_handle_map.end(), "SpyreStream: no flex handle for stream id ",
-              id(), " on spyre:", static_cast<int>(device_index()),
-              " (ids 0-64 are valid and mapped when first handed out by the pool; "
-              "create streams with torch.spyre.Stream() or torch.Stream(device='spyre'))");
-  return it->second;
+  ensureDevice(device_index());  // first: raises in a forked child or for another device
+  const c10::StreamId stream_id = id();
+  if (C10_LIKELY(stream_id >= 0 && stream_id < kNumPoolStreamIds)) {
+    if (flex::RuntimeStream* cached = tls_handle_cache[static_cast<size_t>(stream_id)]) {
+      return cached;
+    }
+  }
+  return lookUpAndCache(stream_id, device_index());
 }
 
 bool SpyreStream::query() const {

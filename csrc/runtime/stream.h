@@ -30,6 +30,12 @@
 // Invariants. The map is append-only; an id, once mapped, always maps to the
 // same flex::RuntimeStream*; the pool never deletes a flex stream.
 //
+// Handle cache. resolveRuntimeHandle() keeps a per-thread read-through cache
+// of handles by id in front of its shared_lock lookup: a thread takes the lock
+// only the first time it resolves an id. The invariants above make a cached
+// handle always equal to what the lookup would return; unknown ids are never
+// cached (they raise every time).
+//
 // Current stream. Per thread (thread_local), starting at the default stream.
 #pragma once
 
@@ -69,7 +75,8 @@ class SpyreStream {
   // high-priority pool: derived from the id, not stored.
   int priority() const;
 
-  // The flex stream behind this id (shared_lock lookup, every call). Raises
+  // The flex stream behind this id: a shared_lock lookup the first time the
+  // calling thread resolves the id, then the thread's cached copy. Raises
   // "no flex handle for stream id N" for an id the pool never mapped.
   flex::RuntimeStream* resolveRuntimeHandle() const;
 

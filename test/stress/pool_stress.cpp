@@ -494,9 +494,11 @@ int stressMode(int64_t ops, uint64_t seed) {
   return summary("stress");
 }
 
-// Readers resolve handles while one thread first-touches all 64 pool ids and
-// every creation sleeps `slow_ms` (audit.cpp). Were a creation to run under
-// the pool lock, no reader could complete while it is in progress. Checks:
+// Readers resolve handles and take the pool's shared_lock (mappedStreamCount;
+// a resolve is served from the thread's handle cache after its first call)
+// while one thread first-touches all 64 pool ids and every creation sleeps
+// `slow_ms` (audit.cpp). Were a creation to run under the pool lock, no
+// reader could complete while it is in progress. Checks:
 //  1. while the first creation is in progress, another thread resolves a
 //     handle, reads the map size and takes a hand-out (the write lock): it
 //     finishes before the creation does (a 5 s deadline turns a hang into a
@@ -538,8 +540,9 @@ int lockHoldMode(int slow_ms, int readers) {
     while (touching.load()) {
       const uint64_t seq = audit::creationSeq();
       const auto t0 = Clock::now();
-      (void)s.resolveRuntimeHandle();
+      (void)s.resolveRuntimeHandle();  // from the thread's handle cache after the first call
       (void)spyre::getCurrentStream(-1);
+      (void)spyre::mappedStreamCount();  // the shared_lock, every iteration
       const double waited = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       if (seq % 2 == 1 && audit::creationSeq() == seq) ++inside[r];
       max_wait_ms[r] = std::max(max_wait_ms[r], waited);
