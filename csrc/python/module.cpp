@@ -144,10 +144,14 @@ void bindErrors(py::module_& m) {
 }
 
 void bindGenerators(py::module_& m) {
-  m.def("_get_default_generator", [](int64_t device) {
-    return py::reinterpret_steal<py::object>(
-        THPGenerator_initDefaultGenerator(defaultGenerator(deviceArg(device))));
-  });
+  // No argument (or -1): the current device's generator, as upstream.
+  m.def(
+      "_get_default_generator",
+      [](int64_t device) {
+        return py::reinterpret_steal<py::object>(
+            THPGenerator_initDefaultGenerator(defaultGenerator(deviceArg(device))));
+      },
+      py::arg("device") = -1);
 }
 
 // The bound device's properties (starts the runtime, as CUDA's does).
