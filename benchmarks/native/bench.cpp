@@ -19,6 +19,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -221,11 +222,13 @@ void mapAllPoolStreams() {
 }
 
 // Starts the runtime and checks that no pool id was handed out yet, so no
-// stream has been used and no engine thread exists.
+// stream has been used and no engine thread exists. (The default stream and
+// the host-compute streams are mapped at start.)
 void requireFreshProcess(const char* benchmark) {
   startRuntime();
-  TORCH_CHECK(mappedStreamCount() == 1, benchmark, " must run in a fresh process: ",
-              mappedStreamCount() - 1, " pool ids are already mapped");
+  const size_t at_start = 1 + static_cast<size_t>(hostComputeStreamCount());
+  TORCH_CHECK(mappedStreamCount() == at_start, benchmark, " must run in a fresh process: ",
+              mappedStreamCount() - at_start, " pool ids are already mapped");
 }
 
 R1Pool& warmR1() {
@@ -402,8 +405,9 @@ BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the write
   const SpyreStream default_stream = getDefaultStream();
   const auto mine = stalls([&] { keep(default_stream.resolveRuntimeHandle()); },
                            [](int priority) { return getStreamFromPool(priority).id(); });
-  TORCH_CHECK(mappedStreamCount() == kNumPoolStreamIds, "pool.first_touch: expected ",
-              kNumPoolStreamIds, " mapped ids, got ", mappedStreamCount());
+  const size_t all_ids = kNumPoolStreamIds + static_cast<size_t>(hostComputeStreamCount());
+  TORCH_CHECK(mappedStreamCount() == all_ids, "pool.first_touch: expected ", all_ids,
+              " mapped ids, got ", mappedStreamCount());
   R1Pool fresh(defaultHandle());
   const auto theirs = stalls([&] { keep(fresh.resolve(kDefaultStreamId)); },
                              [&](int priority) { return fresh.handOut(priority); });
@@ -502,24 +506,27 @@ BenchResult stubIdleSync(int64_t n, int repeats) {
   return out;
 }
 
-// synchronizeDevice() with all 65 ids mapped and idle, vs checking 65
-// in-flight counters (R2's idle test) in turn.
+// synchronizeDevice() with all 65 pool ids (and the host-compute streams)
+// mapped and idle, vs checking as many in-flight counters (R2's idle test) in
+// turn.
 BenchResult stubIdleDeviceSync(int64_t n, int repeats) {
   mapAllPoolStreams();
   synchronizeDevice();
   std::vector<Handle> handles;
   std::vector<uint64_t> launched_before;
-  for (c10::StreamId id = 0; id < kNumPoolStreamIds; ++id) {
+  const c10::StreamId end = kFirstHostComputeStreamId + hostComputeStreamCount();
+  for (c10::StreamId id = 0; id < end; ++id) {
     handles.push_back(handleOf(id));
     launched_before.push_back(flex::test::launchedOps(handles.back()));
   }
-  std::array<InFlight, kNumPoolStreamIds> counters;
+  const size_t count = handles.size();
+  std::unique_ptr<InFlight[]> counters(new InFlight[count]);
   BenchResult out;
   interleave(
       out, repeats, [&] { return nsPerCall(n, [] { synchronizeDevice(); }); },
       [&] {
         return nsPerCall(n, [&] {
-          for (const InFlight& c : counters) keep(c.idle());
+          for (size_t i = 0; i < count; ++i) keep(counters[i].idle());
         });
       });
   bool enqueued_nothing = true;

@@ -14,12 +14,17 @@
 // out round robin per pool, so the 33rd request of a pool returns the first id
 // again: the two share one flex stream and their work serializes. Prefer many
 // short-lived streams to holding on to one; the hand-out is cheap.
+// 65..65+N-1 are the host-compute streams (upstream's, after the note): N from
+// TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS (default 4, 1..8), flex NORMAL, all
+// created and mapped when the pool is initialized, handed out round robin by
+// getHostComputeStream().
 //
 // Locking. StreamPool::mutex is a std::shared_mutex:
 //   shared_lock  resolveRuntimeHandle(), getDefaultStreamRuntimeHandle(),
 //                synchronizeDevice() (snapshot the handles, release, then sync)
 //   unique_lock  initializeStreamPoolImpl(), getStreamFromPool() (it always
-//                advances the round-robin index; it inserts a handle on an id miss)
+//                advances the round-robin index; it inserts a handle on an id miss),
+//                getHostComputeStream() (its round-robin index, as upstream)
 // The lock guards the map only, never submission of work: concurrent launches
 // onto the same flex stream are serialized by the runtime (the stub is thread
 // safe), not by this lock. No call that can block runs under the write lock: a
@@ -55,6 +60,11 @@ constexpr c10::StreamId kDefaultStreamId = 0;
 constexpr c10::StreamId kFirstLowPriorityStreamId = 1;
 constexpr c10::StreamId kFirstHighPriorityStreamId = kFirstLowPriorityStreamId + kStreamsPerPool;
 constexpr c10::StreamId kNumPoolStreamIds = kFirstHighPriorityStreamId + kStreamsPerPool;
+constexpr c10::StreamId kFirstHostComputeStreamId = kNumPoolStreamIds;
+constexpr int kDefaultHostComputeStreams = 4;
+constexpr int kMaxHostComputeStreams = 8;
+// Every id that can have a flex handle is below this: 0..72.
+constexpr c10::StreamId kMaxStreamIds = kFirstHostComputeStreamId + kMaxHostComputeStreams;
 // Priorities as reported by SpyreStream::priority() (CUDA's convention).
 constexpr int kLowPriority = 0;
 constexpr int kHighPriority = -1;
@@ -118,6 +128,13 @@ std::ostream& operator<<(std::ostream& os, const SpyreStream& stream);
 SpyreStream getStreamFromPool(int priority = 0, c10::DeviceIndex device = -1);
 // The default stream (id 0).
 SpyreStream getDefaultStream(c10::DeviceIndex device = -1);
+// The next host-compute stream (ids 65..65+N-1, round robin).
+SpyreStream getHostComputeStream(c10::DeviceIndex device = -1);
+// The host-compute stream `id`; raises unless 65 <= id < 65+N.
+SpyreStream getHostComputeStreamById(c10::StreamId id, c10::DeviceIndex device = -1);
+// N: TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS (default 4; raises naming the value
+// unless it is an integer from 1 to 8). Read once per process.
+int hostComputeStreamCount();
 // The calling thread's current stream (the default stream until set).
 SpyreStream getCurrentStream(c10::DeviceIndex device = -1);
 // Make `stream` the calling thread's current stream; returns the previous one.
@@ -128,7 +145,8 @@ void synchronizeDevice(c10::DeviceIndex device = -1);
 // The default stream's flex handle (for code that talks to flex directly).
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1);
 
-// Called once by startRuntime(): maps id 0 and fills the id lists.
+// Called once by startRuntime(): maps id 0 and the host-compute streams and
+// fills the id lists.
 void initializeStreamPool(c10::DeviceIndex device);
 // Number of ids with a flex handle (for tests).
 size_t mappedStreamCount();

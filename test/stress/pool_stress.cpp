@@ -32,7 +32,7 @@ using stress::Rng;
 
 namespace {
 
-constexpr int kIds = spyre::kNumPoolStreamIds;  // 65: ids 0..64
+constexpr int kIds = spyre::kMaxStreamIds;  // 73: ids 0..72 (pool and host-compute)
 constexpr size_t kWords = 64;                    // int32 words per copy buffer
 
 using Clock = std::chrono::steady_clock;
@@ -204,7 +204,18 @@ class Worker {
 
   void handOut() {
     static constexpr int kPriorities[] = {0, 1, 7, -1, -3};
-    const int priority = kPriorities[rng_.below(5)];
+    const uint64_t pick = rng_.below(6);
+    if (pick == 5) {  // a host-compute stream, round robin
+      SpyreStream s = spyre::getHostComputeStream(-1);
+      const int first = spyre::kFirstHostComputeStreamId;
+      STRESS_CHECK(s.id() >= first && s.id() < first + spyre::hostComputeStreamCount() &&
+                       s.priority() == 0,
+                   "host-compute hand-out got id " + std::to_string(s.id()));
+      noteHandle(s);
+      last_handed_ = s;
+      return;
+    }
+    const int priority = kPriorities[pick];
     SpyreStream s = spyre::getStreamFromPool(priority);
     if (priority < 0) {
       STRESS_CHECK(s.id() >= 33 && s.id() <= 64 && s.priority() == -1,
@@ -510,7 +521,8 @@ int stressMode(int64_t ops, uint64_t seed) {
 // Reader wall-clock latency is printed, not asserted (scheduler noise).
 int lockHoldMode(int slow_ms, int readers) {
   spyre::startRuntime();
-  STRESS_CHECK(spyre::mappedStreamCount() == 1, "fresh process expected");
+  const size_t at_start = 1 + static_cast<size_t>(spyre::hostComputeStreamCount());
+  STRESS_CHECK(spyre::mappedStreamCount() == at_start, "fresh process expected");
   audit::setSlowCreate(std::chrono::milliseconds(slow_ms));
   std::atomic<int> probe_result{-1};  // 1: completed during the creation
   audit::setCreateHook([&] {
@@ -554,7 +566,7 @@ int lockHoldMode(int slow_ms, int readers) {
   STRESS_CHECK(probe_result.load() == 1, "a reader or writer waited for a stream creation");
   // 64 by the toucher; the probe's hand-out maps no extra id (ids repeat round robin).
   STRESS_CHECK(audit::creations() == 64, "creations=" + std::to_string(audit::creations()));
-  STRESS_CHECK(spyre::mappedStreamCount() == 65, "");
+  STRESS_CHECK(spyre::mappedStreamCount() == 64 + at_start, "");
   uint64_t total = 0, total_inside = 0;
   double max_wait = 0;
   for (int r = 0; r < readers; ++r) {
