@@ -21,6 +21,7 @@ import torch
 import compute
 import native
 import python_api
+import round_trip
 
 
 def format_value(value, unit):
@@ -106,6 +107,7 @@ def main(argv=None):
     rows = (
         native.rows(args.quick, repeats, selected)
         + python_api.rows(args.quick, repeats, selected)
+        + round_trip.rows(args.quick, repeats, selected)
         + compute.rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]

@@ -28,6 +28,7 @@ ROWS = {
     "python.torch_stream",
     "python.with_stream",
     "python.spyre_stream",
+    "python.launch_sync_round_trip",
     "copy.h2d_64mib",
     "copy.d2h_64mib",
     "compute.host_runs_ahead",

@@ -73,22 +73,6 @@ void pinTo(int cpu) {
   pthread_setaffinity_np(pthread_self(), sizeof only, &only);
 }
 
-// Runs `f` on a new thread pinned to `cpu`; threads it starts inherit the pin.
-template <class F>
-void onPinnedThread(int cpu, F&& f) {
-  std::exception_ptr error;
-  std::thread thread([&] {
-    pinTo(cpu);
-    try {
-      f();
-    } catch (...) {
-      error = std::current_exception();
-    }
-  });
-  thread.join();
-  if (error) std::rethrow_exception(error);
-}
-
 struct Latency {
   double p50 = 0, p99 = 0, max = 0;
 };
@@ -425,48 +409,44 @@ BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the write
 const std::function<void()> kNoop = [] {};
 
 // "ours"/"ref" hold the median round trip; the p99s are extras. Runs in a fresh
-// process, on a thread pinned to cpu0 that starts both the stub's engine and
-// R2's worker, so they inherit the pin and share the host's core: the row then
-// compares the two designs, not where the scheduler put a woken thread (a wake
-// across this VM's vCPUs costs 25-75 us when the other one is idle, whichever
-// design). The two alternate in short batches so both see the same machine.
+// process, unpinned, as users run it: the stub's engine and R2's worker go
+// wherever the scheduler puts them. The two alternate in short batches so both
+// see the same machine.
 BenchResult stubRoundTrip(int64_t n, int repeats) {
   requireFreshProcess("stub.round_trip");
   constexpr int64_t kBatch = 20;
   BenchResult out;
-  onPinnedThread(0, [&] {
-    const SpyreStream stream = getStreamFromPool();
-    R2Worker r2;
-    auto ours = [&] {
-      stream.launchCompute(kNoop, "noop");
-      stream.synchronize();
-    };
-    auto ref = [&] {
-      r2.launch(kNoop);
-      r2.synchronize();
-    };
-    auto timeBatch = [](std::vector<double>& samples, auto&& roundTrip) {
-      for (int64_t i = 0; i < kBatch; ++i) {
-        const auto start = Clock::now();
-        roundTrip();
-        samples.push_back(nsBetween(start, Clock::now()));
-      }
-    };
-    ours();  // the first launch starts the engine, on this thread's core
-    for (int r = 0; r < repeats; ++r) {
-      std::vector<double> mine, theirs;
-      for (int64_t done = 0; done < n; done += kBatch) {
-        timeBatch(mine, ours);
-        timeBatch(theirs, ref);
-      }
-      const Latency a = percentiles(std::move(mine));
-      const Latency b = percentiles(std::move(theirs));
-      out["ours"].push_back(a.p50);
-      out["ref"].push_back(b.p50);
-      out["ours_p99"].push_back(a.p99);
-      out["ref_p99"].push_back(b.p99);
+  const SpyreStream stream = getStreamFromPool();
+  R2Worker r2;
+  auto ours = [&] {
+    stream.launchCompute(kNoop, "noop");
+    stream.synchronize();
+  };
+  auto ref = [&] {
+    r2.launch(kNoop);
+    r2.synchronize();
+  };
+  auto timeBatch = [](std::vector<double>& samples, auto&& roundTrip) {
+    for (int64_t i = 0; i < kBatch; ++i) {
+      const auto start = Clock::now();
+      roundTrip();
+      samples.push_back(nsBetween(start, Clock::now()));
     }
-  });
+  };
+  ours();  // the first launch starts the engine
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> mine, theirs;
+    for (int64_t done = 0; done < n; done += kBatch) {
+      timeBatch(mine, ours);
+      timeBatch(theirs, ref);
+    }
+    const Latency a = percentiles(std::move(mine));
+    const Latency b = percentiles(std::move(theirs));
+    out["ours"].push_back(a.p50);
+    out["ref"].push_back(b.p50);
+    out["ours_p99"].push_back(a.p99);
+    out["ref_p99"].push_back(b.p99);
+  }
   return out;
 }
 
