@@ -111,8 +111,20 @@ HostComputeSetting parseHostComputeSetting() {
   return {static_cast<int>(value), ""};
 }
 
+// Every spyre Device, built once: constructing a c10::Device validates it out
+// of line, which cost more than the rest of getCurrentStream(). Leaked, so
+// that no static destructor removes it under a thread still using streams.
+const c10::Device* const spyre_devices = [] {
+  auto* all = new std::vector<c10::Device>();
+  for (int i = 0; i < kMaxDevices; ++i) {
+    all->emplace_back(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(i));
+  }
+  return all->data();
+}();
+
+// `device` is an index ensureDevice() accepted, in [0, kMaxDevices).
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+  return c10::Stream(c10::Stream::UNSAFE, spyre_devices[device], id);
 }
 
 void initializeStreamPoolImpl(c10::DeviceIndex device) {
@@ -215,9 +227,8 @@ size_t mappedStreamCount() {
   return pool.stream_handle_map.size();
 }
 
-SpyreStream::SpyreStream(c10::Stream stream) : stream_(stream) {
-  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
-              "SpyreStream requires a spyre (PrivateUse1) stream, got a stream of device type ",
+void SpyreStream::throwNotSpyreStream(c10::Stream stream) {
+  TORCH_CHECK(false, "SpyreStream requires a spyre (PrivateUse1) stream, got a stream of device type ",
               stream.device_type());
 }
 

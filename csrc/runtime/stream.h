@@ -49,6 +49,7 @@
 #include <ostream>
 
 #include <c10/core/Stream.h>
+#include <c10/macros/Macros.h>
 #include <flex/flex.hpp>
 
 namespace spyre {
@@ -73,8 +74,13 @@ constexpr double kMaxDelayMilliseconds = 9.2e12;
 
 class SpyreStream {
  public:
-  // Checked: `stream` must be a PrivateUse1 (spyre) stream.
-  explicit SpyreStream(c10::Stream stream);
+  // Checked: `stream` must be a PrivateUse1 (spyre) stream. Inline: every
+  // stream operation constructs one.
+  explicit SpyreStream(c10::Stream stream) : stream_(stream) {
+    if (C10_UNLIKELY(stream.device_type() != c10::DeviceType::PrivateUse1)) {
+      throwNotSpyreStream(stream);
+    }
+  }
 
   c10::Stream unwrap() const { return stream_; }
   operator c10::Stream() const { return stream_; }
@@ -112,6 +118,8 @@ class SpyreStream {
   void launchHostCallback(std::function<void()> fn, const char* name) const;
   void launchFill(void* device, size_t nbytes, double value, flex::DataFormats format) const;
   void launchDelay(double milliseconds) const;
+
+  [[noreturn]] static void throwNotSpyreStream(c10::Stream stream);
 
   bool operator==(const SpyreStream& other) const { return stream_ == other.stream_; }
   bool operator!=(const SpyreStream& other) const { return !(*this == other); }
