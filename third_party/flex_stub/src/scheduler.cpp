@@ -232,6 +232,10 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
 }
 
 void Scheduler::sleepUntil(Clock::time_point deadline) {
+  // A deadline already reached (a zero delay, DMA that ran slower than its
+  // rate) returns at once: a timed wait that has expired still costs the
+  // kernel's timer slack, tens of microseconds.
+  if (Clock::now() >= deadline) return;
   std::unique_lock<std::mutex> lock(sleep_mutex_);
   sleep_cv_.wait_until(lock, deadline,
                        [this] { return stopping_.load(std::memory_order_relaxed); });

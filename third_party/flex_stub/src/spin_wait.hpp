@@ -23,7 +23,7 @@ constexpr std::chrono::nanoseconds kHostSpinBudget{50'000};
 // An engine that ran out of work, before it sleeps (see Scheduler::linger).
 constexpr std::chrono::nanoseconds kEngineLingerBudget{50'000};
 // The pause phase of every spin.
-constexpr std::chrono::nanoseconds kPausePhase{1'000};
+constexpr std::chrono::nanoseconds kPausePhase{200};
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
