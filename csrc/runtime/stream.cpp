@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <c10/util/CallOnce.h>
@@ -112,15 +113,15 @@ HostComputeSetting parseHostComputeSetting() {
 }
 
 // Every spyre Device, built once: constructing a c10::Device validates it out
-// of line, which cost more than the rest of getCurrentStream(). Leaked, so
-// that no static destructor removes it under a thread still using streams.
-const c10::Device* const spyre_devices = [] {
-  auto* all = new std::vector<c10::Device>();
-  for (int i = 0; i < kMaxDevices; ++i) {
-    all->emplace_back(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(i));
-  }
-  return all->data();
-}();
+// of line, which cost more than the rest of getCurrentStream(). A trivially
+// destructible array: no static destructor runs under a thread still using it.
+template <size_t... I>
+std::array<c10::Device, sizeof...(I)> allSpyreDevices(std::index_sequence<I...>) {
+  return {c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(I))...};
+}
+const std::array<c10::Device, kMaxDevices> spyre_devices =
+    allSpyreDevices(std::make_index_sequence<kMaxDevices>());
+static_assert(std::is_trivially_destructible_v<decltype(spyre_devices)>);
 
 // `device` is an index ensureDevice() accepted, in [0, kMaxDevices).
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
