@@ -22,6 +22,7 @@ import compiled
 import compute
 import native
 import python_api
+import round_trip
 
 
 def format_value(value, unit):
@@ -107,6 +108,7 @@ def main(argv=None):
     rows = (
         native.rows(args.quick, repeats, selected)
         + python_api.rows(args.quick, repeats, selected)
+        + round_trip.rows(args.quick, repeats, selected)
         + compute.rows(args.quick, repeats, selected)
         + compiled.rows(args.quick, repeats, selected)
     )

@@ -81,6 +81,7 @@ from .streams import (  # noqa: F401,E402
     _sleep,
     current_stream,
     default_stream,
+    host_compute_stream,
     set_stream,
     stream,
 )
@@ -91,8 +92,8 @@ __all__ = [
     "get_device_capability", "get_device_name", "get_device_properties", "init",
     "is_available", "is_bf16_supported", "is_initialized", "set_device", "synchronize",
     # streams and events
-    "Event", "Stream", "StreamContext", "current_stream", "default_stream", "set_stream",
-    "stream",
+    "Event", "Stream", "StreamContext", "current_stream", "default_stream",
+    "host_compute_stream", "set_stream", "stream",
     # memory
     "empty_cache", "host_memory_stats", "max_memory_allocated", "max_memory_reserved",
     "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",

@@ -129,6 +129,18 @@ def default_stream(device=None) -> Stream:
     return Stream._wrap(_C._default_stream(_device_index(device)))
 
 
+def host_compute_stream(device=None) -> Stream:
+    """The next host-compute stream of `device` (ids 65..65+N-1, round robin).
+
+    N is TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS (default 4, 1 to 8); these
+    streams exist from the runtime's start and have normal priority
+    (docs/streams.md). torch_spyre._C.host_compute_stream returns the same
+    stream as upstream's bare stream object.
+    """
+    native = _C.host_compute_stream(_device_index(device))
+    return Stream._wrap((native.id(), native.device().index))
+
+
 def set_stream(stream) -> None:
     """Make `stream` the calling thread's current stream."""
     _check_spyre_stream(stream)
