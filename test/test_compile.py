@@ -252,9 +252,9 @@ INPUTS = {
 }
 
 
-def training_steps(model, x, steps, compiled):
+def training_steps(model, x, steps, compile_kwargs):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    run = torch.compile(model) if compiled else model
+    run = model if compile_kwargs is None else torch.compile(model, **compile_kwargs)
     losses = []
     for _ in range(steps):
         optimizer.zero_grad()
@@ -265,14 +265,14 @@ def training_steps(model, x, steps, compiled):
     return losses, [p.detach().cpu() for p in model.parameters()]
 
 
-def check_model(make):
+def check_model(make, **compile_kwargs):
     x = torch.randn(*INPUTS[make], generator=torch.Generator().manual_seed(3))
     model = make()
     with torch.no_grad():
-        torch.testing.assert_close(torch.compile(copy.deepcopy(model).to(SPYRE))(x.to(SPYRE)).cpu(),
-                                   model(x), rtol=1e-5, atol=1e-5)
-    ours = training_steps(copy.deepcopy(model).to(SPYRE), x.to(SPYRE), 2, compiled=True)
-    eager = training_steps(copy.deepcopy(model), x, 2, compiled=False)
+        compiled = torch.compile(copy.deepcopy(model).to(SPYRE), **compile_kwargs)
+        torch.testing.assert_close(compiled(x.to(SPYRE)).cpu(), model(x), rtol=1e-5, atol=1e-5)
+    ours = training_steps(copy.deepcopy(model).to(SPYRE), x.to(SPYRE), 2, compile_kwargs)
+    eager = training_steps(copy.deepcopy(model), x, 2, None)
     torch.testing.assert_close(ours, eager, rtol=1e-4, atol=1e-5)
 
 
@@ -282,8 +282,10 @@ def test_mlp_forward_and_training_match_eager():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("make", [cnn, transformer_block], ids=["cnn", "transformer_block"])
-def test_model_forward_and_training_match_eager(make):
-    check_model(make)
+@pytest.mark.parametrize("kwargs", [{}, {"dynamic": True}, {"mode": "reduce-overhead"}],
+                         ids=["default", "dynamic", "reduce-overhead"])
+def test_model_forward_and_training_match_eager(make, kwargs):
+    check_model(make, **kwargs)
 
 
 # ------------------------------------------------------------------ the launcher
