@@ -143,7 +143,7 @@ bool Scheduler::runOp(RuntimeStream::Impl* stream, Op op, std::string& error) {
   const bool tracing = trace::enabled();
   const int64_t start = tracing ? nowNs() : 0;
   const bool ok = executeOp(op, *this, error);
-  if (tracing) trace::record(*stream, op, start, nowNs());
+  if (tracing) trace::record(*stream, op, start, nowNs(), /*failed=*/!ok);
   return ok;
 }
 
