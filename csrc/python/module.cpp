@@ -112,7 +112,10 @@ void bindStreams(py::module_& m) {
     return key(setCurrentStream(fromKey(id, device)));
   });
   m.def("_synchronize", [](int64_t device) { synchronizeDevice(deviceArg(device)); });
-  m.def("_sleep", [](double milliseconds) { getCurrentStream(-1).launchDelay(milliseconds); });
+  m.def("_sleep", [](double milliseconds) {
+    RECORD_FUNCTION("spyre::_sleep", c10::ArrayRef<const c10::IValue>{});  // the profiler's CPU op
+    getCurrentStream(-1).launchDelay(milliseconds);
+  });
   m.def("_mapped_stream_count", &mappedStreamCount);
 }
 

@@ -134,6 +134,15 @@ size_t mappedStreamCount() {
   return pool.stream_handle_map.size();
 }
 
+std::vector<std::pair<c10::StreamId, uint64_t>> mappedRuntimeStreamIds() {
+  checkNotInBadFork();
+  StreamPool& pool = streamPool();
+  std::vector<std::pair<c10::StreamId, uint64_t>> ids;
+  PoolLock<std::shared_lock> lock(pool);
+  for (const auto& [id, handle] : pool.stream_handle_map) ids.emplace_back(id, handle->streamId());
+  return ids;
+}
+
 SpyreStream::SpyreStream(c10::Stream stream) : stream_(stream) {
   TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
               "SpyreStream requires a spyre (PrivateUse1) stream, got a stream of device type ",

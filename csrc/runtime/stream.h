@@ -36,6 +36,8 @@
 #include <cstddef>
 #include <functional>
 #include <ostream>
+#include <utility>
+#include <vector>
 
 #include <c10/core/Stream.h>
 #include <flex/flex.hpp>
@@ -125,6 +127,9 @@ flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1)
 void initializeStreamPool(c10::DeviceIndex device);
 // Number of ids with a flex handle (for tests).
 size_t mappedStreamCount();
+// Every mapped id with the id of its flex stream (flex::RuntimeStream::streamId()):
+// the profiler sees flex ids and names its lanes after pool ids.
+std::vector<std::pair<c10::StreamId, uint64_t>> mappedRuntimeStreamIds();
 
 #ifdef SPYRE_LOCK_AUDIT
 namespace detail {
