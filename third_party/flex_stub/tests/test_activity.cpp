@@ -152,3 +152,21 @@ TEST(activity_and_chrome_trace_record_independently) {
   CHECK_EQ(flex::activity::flush().size(), 2u);
   CHECK_EQ(std::string(flex::activity::kindName(Kind::EventWait)), std::string("event_wait"));
 }
+
+TEST(activity_injected_fault_records_the_dropped_operation_as_failed) {
+  auto* context = util::context();
+  RuntimeStream* stream = context->createStream();
+  flex::activity::enable();
+  flex::test::injectFault(stream, "injected");
+  flex::ComputeParams kernel;
+  kernel.fn = [] {};
+  kernel.name = "never_runs";
+  stream->launchOperationCompute(&kernel);
+  CHECK_THROWS_MSG(stream->synchronize(), "injected");
+  flex::activity::disable();
+  const std::vector<Record> records = flex::activity::flush();
+  CHECK_EQ(records.size(), 1u);
+  CHECK(records[0].failed);
+  CHECK_EQ(records[0].name, std::string("never_runs"));
+  CHECK_EQ(records[0].start_ns, records[0].end_ns);
+}
