@@ -20,6 +20,7 @@ import torch
 
 import compute
 import native
+import profiling
 import python_api
 
 
@@ -107,6 +108,7 @@ def main(argv=None):
         native.rows(args.quick, repeats, selected)
         + python_api.rows(args.quick, repeats, selected)
         + compute.rows(args.quick, repeats, selected)
+        + profiling.rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]
     print_table(rows, args.markdown)

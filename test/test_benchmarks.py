@@ -36,6 +36,8 @@ ROWS = {
     "compute.matmul_512",
     "compute.mlp_train_step",
     "compute.two_streams",
+    "profiler.launch_add_1k",
+    "profiler.launch_vs_cpu_profile",
 }
 
 
