@@ -149,7 +149,8 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
     }
     const int32_t pid = static_cast<int32_t>(::getpid());
     for (const flex::activity::Record& record : flex::activity::flush()) {
-      if (record.launch_start_ns == 0) continue;  // launched before this window
+      // Launched before this window (unstamped, or stamped by an earlier profile).
+      if (record.launch_start_ns == 0 || record.launch_start_ns < start_ns_) continue;
       device_ = record.device;
       const auto pool_id = pool_ids.find(record.stream_id);
       // A flex stream outside the pool (none today) gets a lane past the pool ids.

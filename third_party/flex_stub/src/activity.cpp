@@ -30,7 +30,25 @@ ActivityBuffer& buffer() {
 
 std::atomic<uint64_t> g_next_launch_id{1};
 
-thread_local std::vector<uint64_t> t_correlation_ids;
+// Each enable() starts a generation. A thread's stack from an earlier one is
+// stale: a profiler that stopped inside an op never popped what it pushed.
+std::atomic<uint64_t> g_generation{1};
+
+struct CorrelationStack {
+  uint64_t generation = 0;
+  std::vector<uint64_t> ids;
+
+  std::vector<uint64_t>& current() {
+    const uint64_t now = g_generation.load(std::memory_order_relaxed);
+    if (generation != now) {
+      ids.clear();
+      generation = now;
+    }
+    return ids;
+  }
+};
+
+thread_local CorrelationStack t_correlation_ids;
 
 uint64_t threadId() {
   thread_local const uint64_t id = static_cast<uint64_t>(::syscall(SYS_gettid));
@@ -42,7 +60,8 @@ uint64_t threadId() {
 void stampLaunch(Op& op, int64_t launch_start_ns) {
   if (!activityEnabled()) return;  // the Chrome trace needs no launch information
   op.launch.id = g_next_launch_id.fetch_add(1, std::memory_order_relaxed);
-  op.launch.correlation = t_correlation_ids.empty() ? 0 : t_correlation_ids.back();
+  const std::vector<uint64_t>& ids = t_correlation_ids.current();
+  op.launch.correlation = ids.empty() ? 0 : ids.back();
   op.launch.thread = threadId();
   op.launch.start_ns = launch_start_ns;
   op.launch.end_ns = nowNs();
@@ -85,6 +104,7 @@ void enable() {
   detail::trace::ActivityBuffer& b = detail::trace::buffer();
   std::lock_guard<std::mutex> lock(b.mutex);
   b.records.clear();
+  detail::trace::g_generation.fetch_add(1, std::memory_order_relaxed);
   detail::trace::g_consumers.fetch_or(detail::trace::kActivity, std::memory_order_relaxed);
 }
 
@@ -105,10 +125,10 @@ std::vector<Record> flush() {
   return records;
 }
 
-void pushCorrelationId(uint64_t id) { detail::trace::t_correlation_ids.push_back(id); }
+void pushCorrelationId(uint64_t id) { detail::trace::t_correlation_ids.current().push_back(id); }
 
 void popCorrelationId() {
-  auto& ids = detail::trace::t_correlation_ids;
+  std::vector<uint64_t>& ids = detail::trace::t_correlation_ids.current();
   if (!ids.empty()) ids.pop_back();
 }
 

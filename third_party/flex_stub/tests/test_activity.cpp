@@ -170,3 +170,18 @@ TEST(activity_injected_fault_records_the_dropped_operation_as_failed) {
   CHECK_EQ(records[0].name, std::string("never_runs"));
   CHECK_EQ(records[0].start_ns, records[0].end_ns);
 }
+
+TEST(activity_enable_drops_ids_a_previous_profile_left_pushed) {
+  auto* context = util::context();
+  RuntimeStream* stream = context->createStream();
+  flex::activity::enable();
+  flex::activity::pushCorrelationId(7);  // the profile stops before the pop
+  flex::activity::disable();
+  flex::activity::enable();
+  util::callback(stream, [] {});
+  stream->synchronize();
+  flex::activity::disable();
+  const std::vector<Record> records = flex::activity::flush();
+  CHECK_EQ(records.size(), 1u);
+  CHECK_EQ(records[0].correlation_id, 0u);
+}

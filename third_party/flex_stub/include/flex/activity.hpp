@@ -68,7 +68,8 @@ bool enabled();
 std::vector<Record> flush();
 
 // A per-thread stack of correlation ids: launches made while an id is pushed
-// carry the innermost one.
+// carry the innermost one. enable() empties every thread's stack (ids a
+// previous recording left pushed are stale).
 void pushCorrelationId(uint64_t id);
 // Pops the innermost id; harmless on an empty stack.
 void popCorrelationId();
