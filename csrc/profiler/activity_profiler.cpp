@@ -112,6 +112,12 @@ std::string laneName(int device, c10::StreamId id) {
 
 class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSession {
  public:
+  // A session dropped while recording (a profile torn down without stop())
+  // must not leave the runtime recording.
+  ~SpyreActivityProfilerSession() override {
+    if (status_ == libkineto::TraceStatus::RECORDING) flex::activity::disable();
+  }
+
   void start() override {
     // torch's clock (c10::getTime) minus the runtime's, read back to back.
     const int64_t before = flex::activity::timestampNs();
