@@ -281,6 +281,38 @@ def test_a_fault_during_a_profile_is_reported_and_the_trace_written(tmp_path):
     assert proc.stdout.splitlines() == ["raised: device fault 7", "aten::mul True aten::mul"]
 
 
+def test_a_fault_first_seen_at_the_profile_exit_stays_pending(tmp_path):
+    proc = run_python(f"""
+        import os, warnings, torch
+        from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+        from torch_spyre.errors import SpyreStreamError
+        from torch_spyre.testing import inject_fault
+        SUCCESS = SpyreStreamError.Success
+        x = torch.ones(1024, device="spyre")
+        (x * 2).cpu()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                         on_trace_ready=tensorboard_trace_handler({str(tmp_path)!r})):
+                s = torch.spyre.current_stream()
+                inject_fault(s, "fault 11")
+                y = x * 2  # nothing in the block synchronizes
+                while torch.spyre.errors.stream_get_error(s) == SUCCESS:  # latched, not consumed
+                    pass
+        print(len(os.listdir({str(tmp_path)!r})), torch.autograd.profiler._is_profiler_enabled)
+        print([str(w.message).split(";")[0] for w in caught if w.category is RuntimeWarning])
+        try:
+            torch.spyre.synchronize()
+        except RuntimeError as e:
+            print("raised:", e)
+    """)
+    assert proc.stdout.splitlines() == [
+        "1 False",
+        "['spyre: a stream is in the error state at the end of the profile (it failed during or before it)']",
+        "raised: fault 11",
+    ]
+
+
 def test_record_function_and_schedule_with_tensorboard_handler(tmp_path):
     torch.spyre.synchronize()
     steps = schedule(wait=1, warmup=1, active=2, repeat=1)

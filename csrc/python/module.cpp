@@ -112,6 +112,11 @@ void bindStreams(py::module_& m) {
     return key(setCurrentStream(fromKey(id, device)));
   });
   m.def("_synchronize", [](int64_t device) { synchronizeDevice(deviceArg(device)); });
+  m.def("_drain", [](int64_t device) {
+    std::string consumed;
+    const bool failed = drainDevice(deviceArg(device), consumed);
+    return py::make_tuple(failed, consumed);
+  });
   m.def("_sleep", [](double milliseconds) {
     RECORD_FUNCTION("spyre::_sleep", c10::ArrayRef<const c10::IValue>{});  // the profiler's CPU op
     getCurrentStream(-1).launchDelay(milliseconds);

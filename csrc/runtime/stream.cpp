@@ -303,6 +303,33 @@ void synchronizeDevice(c10::DeviceIndex device) {
   });
 }
 
+bool drainDevice(c10::DeviceIndex device, std::string& consumed) {
+  ensureDevice(device);
+  StreamPool& pool = streamPool();
+  std::array<flex::RuntimeStream*, kNumPoolStreamIds> handles{};
+  size_t count = 0;
+  {
+    PoolLock<std::shared_lock> lock(pool);
+    for (const auto& entry : pool.stream_handle_map) {
+      handles[count++] = entry.second;
+    }
+  }
+  // Launches nothing: a profile still recording would show the drain's work.
+  waitForDevice([&] {
+    for (size_t i = 0; i < count; ++i) {
+      if (handles[i]->needsShutdown()) continue;  // its queue was dropped when it failed
+      try {
+        handles[i]->synchronize();
+      } catch (const flex::Error& e) {
+        if (consumed.empty()) consumed = e.what();
+      }
+    }
+  });
+  bool failed = false;
+  for (size_t i = 0; i < count; ++i) failed = failed || handles[i]->needsShutdown();
+  return failed;
+}
+
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device) {
   device = ensureDevice(device);
   StreamPool& pool = streamPool();
