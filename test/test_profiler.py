@@ -336,3 +336,10 @@ def test_record_function_and_schedule_with_tensorboard_handler(tmp_path):
         launcher, outer = ops[delay["args"]["External id"]], ranges[step]
         assert launcher["name"] == "spyre::_sleep"
         assert outer["ts"] <= launcher["ts"] <= outer["ts"] + outer["dur"]
+    # Each range also spans its device work on the lane it ran on.
+    spans = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_user_annotation"]
+    assert sorted(e["name"] for e in spans if e["name"].startswith("step")) == ["step2", "step3"]
+    for delay, step in zip(sorted(delays, key=lambda e: e["ts"]), ("step2", "step3")):
+        around = {e["name"] for e in spans if (e["pid"], e["tid"]) == (delay["pid"], delay["tid"])
+                  and e["ts"] <= delay["ts"] and delay["ts"] + delay["dur"] <= e["ts"] + e["dur"] + 0.01}
+        assert step in around

@@ -11,6 +11,7 @@
 //  - a device activity on its stream's lane (kernel, memcpy, memset or sync),
 //    linked to the launching CPU op (which gets its device time) and ending
 //    the flow.
+// record_function ranges also get a span on each lane their device work ran on.
 // Work launched before the session started is left out: it belongs to the
 // previous window.
 //
@@ -154,6 +155,9 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
       errors_.push_back(e.what());
     }
     const int32_t pid = static_cast<int32_t>(::getpid());
+    // record_function ranges on the device lanes: per (range, lane), from its
+    // first device work's start to its last one's end.
+    std::map<std::pair<uint64_t, int64_t>, std::pair<int64_t, int64_t>> ranges;
     for (const flex::activity::Record& record : flex::activity::flush()) {
       // Launched before this window (unstamped, or stamped by an earlier profile).
       if (record.launch_start_ns == 0 || record.launch_start_ns < start_ns_) continue;
@@ -209,6 +213,30 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
       work.addMetadata("bytes", record.bytes);
       if (record.failed) work.addMetadata("failed", "true");
       logger.handleActivity(work);
+
+      if (record.user_correlation_id != 0) {
+        auto [span, inserted] = ranges.try_emplace({record.user_correlation_id, lane},
+                                                   work.startTime, work.endTime);
+        if (!inserted) {
+          span->second.first = std::min(span->second.first, work.startTime);
+          span->second.second = std::max(span->second.second, work.endTime);
+        }
+      }
+    }
+    for (const auto& [key, span] : ranges) {
+      const libkineto::ITraceActivity* range =
+          linked_activity ? linked_activity(static_cast<int32_t>(key.first)) : nullptr;
+      if (range == nullptr) continue;  // the range began before this window
+      buffer_.emplace_activity(buffer_.span, ActivityType::GPU_USER_ANNOTATION, range->name());
+      auto& annotation = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
+      annotation.startTime = span.first;
+      annotation.endTime = span.second;
+      annotation.device = device_;
+      annotation.resource = static_cast<int32_t>(key.second);
+      annotation.threadId = static_cast<int32_t>(key.second);
+      // Not linked to the host range: torch would add the span to the range's
+      // device time on top of the ops' own (the work is counted once, by its ops).
+      logger.handleActivity(annotation);
     }
   }
 
@@ -232,6 +260,9 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
 
   void pushCorrelationId(uint64_t id) override { flex::activity::pushCorrelationId(id); }
   void popCorrelationId() override { flex::activity::popCorrelationId(); }
+  // record_function ranges (torch pushes their ids apart from ops').
+  void pushUserCorrelationId(uint64_t id) override { flex::activity::pushUserCorrelationId(id); }
+  void popUserCorrelationId() override { flex::activity::popUserCorrelationId(); }
 
  private:
   int64_t clock_offset_ns_ = 0;
@@ -267,7 +298,8 @@ class SpyreActivityProfiler final : public libkineto::IActivityProfiler {
   const std::string name_{"spyre"};
   const std::set<ActivityType> activities_{
       ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY, ActivityType::GPU_MEMSET,
-      ActivityType::CUDA_SYNC, ActivityType::PRIVATEUSE1_RUNTIME};
+      ActivityType::CUDA_SYNC, ActivityType::GPU_USER_ANNOTATION,
+      ActivityType::PRIVATEUSE1_RUNTIME};
 };
 
 REGISTER_PRIVATEUSE1_PROFILER(SpyreActivityProfiler);

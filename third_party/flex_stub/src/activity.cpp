@@ -34,21 +34,35 @@ std::atomic<uint64_t> g_next_launch_id{1};
 // stale: a profiler that stopped inside an op never popped what it pushed.
 std::atomic<uint64_t> g_generation{1};
 
-struct CorrelationStack {
+struct CorrelationStacks {
   uint64_t generation = 0;
-  std::vector<uint64_t> ids;
+  std::vector<uint64_t> ids[2];  // kDefault, kUser
 
-  std::vector<uint64_t>& current() {
+  std::vector<uint64_t>& current(int kind) {
     const uint64_t now = g_generation.load(std::memory_order_relaxed);
     if (generation != now) {
-      ids.clear();
+      ids[0].clear();
+      ids[1].clear();
       generation = now;
     }
-    return ids;
+    return ids[kind];
+  }
+  uint64_t innermost(int kind) {
+    const std::vector<uint64_t>& stack = current(kind);
+    return stack.empty() ? 0 : stack.back();
   }
 };
+constexpr int kDefault = 0;
+constexpr int kUser = 1;
 
-thread_local CorrelationStack t_correlation_ids;
+thread_local CorrelationStacks t_correlation_ids;
+
+void push(int kind, uint64_t id) { t_correlation_ids.current(kind).push_back(id); }
+
+void pop(int kind) {
+  std::vector<uint64_t>& ids = t_correlation_ids.current(kind);
+  if (!ids.empty()) ids.pop_back();
+}
 
 uint64_t threadId() {
   thread_local const uint64_t id = static_cast<uint64_t>(::syscall(SYS_gettid));
@@ -60,8 +74,8 @@ uint64_t threadId() {
 void stampLaunch(Op& op, int64_t launch_start_ns) {
   if (!activityEnabled()) return;  // the Chrome trace needs no launch information
   op.launch.id = g_next_launch_id.fetch_add(1, std::memory_order_relaxed);
-  const std::vector<uint64_t>& ids = t_correlation_ids.current();
-  op.launch.correlation = ids.empty() ? 0 : ids.back();
+  op.launch.correlation = t_correlation_ids.innermost(kDefault);
+  op.launch.user_correlation = t_correlation_ids.innermost(kUser);
   op.launch.thread = threadId();
   op.launch.start_ns = launch_start_ns;
   op.launch.end_ns = nowNs();
@@ -79,6 +93,7 @@ void recordActivity(const RuntimeStream::Impl& stream, const Op& op, int64_t sta
   record.launch_end_ns = op.launch.end_ns;
   record.launch_thread = op.launch.thread;
   record.correlation_id = op.launch.correlation;
+  record.user_correlation_id = op.launch.user_correlation;
   record.launch_id =
       op.launch.id != 0 ? op.launch.id : g_next_launch_id.fetch_add(1, std::memory_order_relaxed);
   record.device = stream.context->device;
@@ -125,12 +140,10 @@ std::vector<Record> flush() {
   return records;
 }
 
-void pushCorrelationId(uint64_t id) { detail::trace::t_correlation_ids.current().push_back(id); }
-
-void popCorrelationId() {
-  std::vector<uint64_t>& ids = detail::trace::t_correlation_ids.current();
-  if (!ids.empty()) ids.pop_back();
-}
+void pushCorrelationId(uint64_t id) { detail::trace::push(detail::trace::kDefault, id); }
+void popCorrelationId() { detail::trace::pop(detail::trace::kDefault); }
+void pushUserCorrelationId(uint64_t id) { detail::trace::push(detail::trace::kUser, id); }
+void popUserCorrelationId() { detail::trace::pop(detail::trace::kUser); }
 
 int64_t timestampNs() { return detail::nowNs(); }
 

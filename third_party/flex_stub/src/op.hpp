@@ -56,6 +56,7 @@ struct DevSpan {
 struct LaunchInfo {
   uint64_t id = 0;           // activity::Record::launch_id
   uint64_t correlation = 0;  // the launching thread's innermost correlation id
+  uint64_t user_correlation = 0;  // and its innermost user range
   uint64_t thread = 0;       // OS thread id
   int64_t start_ns = 0;
   int64_t end_ns = 0;

@@ -43,6 +43,7 @@ TEST(activity_records_every_kind_with_launch_and_correlation) {
   std::vector<uint8_t> host(4096, 1);
   flex::CompositeAddress address(dev, 4096);
   flex::DmaParams up(host.data(), 4096, true, &address);
+  flex::activity::pushUserCorrelationId(9);
   flex::activity::pushCorrelationId(41);
   flex::activity::pushCorrelationId(42);
   const int64_t before = flex::activity::timestampNs();
@@ -54,6 +55,7 @@ TEST(activity_records_every_kind_with_launch_and_correlation) {
   kernel.bytes = 777;
   stream->launchOperationCompute(&kernel);
   flex::activity::popCorrelationId();
+  flex::activity::popUserCorrelationId();
   stream->fillAsync(&address, 0, flex::DataFormats::FP32);  // no id pushed
   stream->launchOperationDelay(std::chrono::milliseconds(2));
   flex::RuntimeEvent event;
@@ -86,7 +88,10 @@ TEST(activity_records_every_kind_with_launch_and_correlation) {
   CHECK_EQ(compute.bytes, 777u);
   CHECK_EQ(compute.correlation_id, 41u);
   CHECK(compute.start_ns >= h2d.end_ns);  // stream order
+  CHECK_EQ(h2d.user_correlation_id, 9u);
+  CHECK_EQ(compute.user_correlation_id, 9u);
   CHECK_EQ(only(records, Kind::Fill).correlation_id, 0u);
+  CHECK_EQ(only(records, Kind::Fill).user_correlation_id, 0u);
   const Record& delay = only(records, Kind::Delay);
   CHECK(delay.end_ns - delay.start_ns >= 2000000);
   const Record& wait = only(records, Kind::EventWait);

@@ -50,6 +50,8 @@ struct Record {
   uint64_t launch_thread = 0;  // OS thread id (gettid)
   // Innermost id pushed on the launching thread at launch time; 0: none.
   uint64_t correlation_id = 0;
+  // Innermost user range (pushUserCorrelationId) at launch time; 0: none.
+  uint64_t user_correlation_id = 0;
   // Unique per recorded launch (never 0): ties the launch to its execution.
   uint64_t launch_id = 0;
   int device = 0;  // logical device index
@@ -73,6 +75,10 @@ std::vector<Record> flush();
 void pushCorrelationId(uint64_t id);
 // Pops the innermost id; harmless on an empty stack.
 void popCorrelationId();
+// The same for user ranges (a profiler's annotations, e.g. torch's
+// record_function): a separate stack.
+void pushUserCorrelationId(uint64_t id);
+void popUserCorrelationId();
 
 // Now, on the clock of start_ns/end_ns/launch_*_ns (monotonic, nanoseconds).
 int64_t timestampNs();
