@@ -26,7 +26,7 @@ ROWS = {
     "stub.pipelined_10k": ("stub.pipelined", "R2", at_most(2), (10_000, 10_000)),
     "stub.idle_sync": ("stub.idle_sync", "query()", below(1_000, "< 1 us"), (1_000_000, 10_000)),
     "stub.idle_device_sync_65": (
-        "stub.idle_device_sync", "65 counters", below(3_000, "<= 3 us"), (100_000, 2_000)),
+        "stub.idle_device_sync", "69 counters", below(3_000, "<= 3 us"), (100_000, 2_000)),
     "stub.overlap_2x20ms": ("stub.overlap_2_streams", "ideal", at_most(1.05), (1, 1)),
     "stub.overlap_32x20ms": ("stub.overlap_32_streams", "ideal", at_most(1.2), (1, 1)),
     "stub.same_stream_2x20ms": ("stub.same_stream_2_delays", "ideal", at_least(1.9), (1, 1)),

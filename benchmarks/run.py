@@ -18,10 +18,12 @@ import sys
 
 import torch
 
+import compiled
 import compute
 import native
 import profiling
 import python_api
+import round_trip
 
 
 def format_value(value, unit):
@@ -107,7 +109,9 @@ def main(argv=None):
     rows = (
         native.rows(args.quick, repeats, selected)
         + python_api.rows(args.quick, repeats, selected)
+        + round_trip.rows(args.quick, repeats, selected)
         + compute.rows(args.quick, repeats, selected)
+        + compiled.rows(args.quick, repeats, selected)
         + profiling.rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]

@@ -28,6 +28,7 @@ ROWS = {
     "python.torch_stream",
     "python.with_stream",
     "python.spyre_stream",
+    "python.launch_sync_round_trip",
     "copy.h2d_64mib",
     "copy.d2h_64mib",
     "compute.host_runs_ahead",
@@ -36,6 +37,9 @@ ROWS = {
     "compute.matmul_512",
     "compute.mlp_train_step",
     "compute.two_streams",
+    "compile.mlp_forward",
+    "compile.transformer_block",
+    "compile.first_compile",
     "profiler.launch_add_1k",
     "profiler.launch_vs_cpu_profile",
 }
@@ -60,7 +64,8 @@ def test_quick_run_reports_every_row_and_idle_syncs_enqueue_nothing(tmp_path):
     # Synchronizing an idle stream, or a device whose 65 streams are idle, enqueues nothing.
     assert rows["stub.idle_sync"]["checks"] == {"enqueued_nothing": True}
     assert rows["stub.idle_device_sync_65"]["checks"] == {"enqueued_nothing": True}
-    assert rows["stub.idle_device_sync_65"]["extras"]["mapped_streams"] == 65
+    # Ids 0-64 and the 4 host-compute streams (65-68).
+    assert rows["stub.idle_device_sync_65"]["extras"]["mapped_streams"] == 69
 
 
 @pytest.mark.slow

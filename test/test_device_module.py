@@ -244,3 +244,21 @@ def test_rng_state_all_round_trips_every_device():
         env={"AIU_WORLD_SIZE": "2"},
     )
     assert proc.stdout.split() == ["2", "True", "True", "True"]
+
+
+def test_default_generator_without_an_argument_is_the_current_devices():
+    proc = run_python(
+        """
+        import torch
+        C = torch.spyre._C
+        torch.spyre.set_device(1)                   # seeding does not start the runtime
+        g = C._get_default_generator()
+        print(g.device, C._get_default_generator(-1).device)
+        g.manual_seed(1234)
+        print(C._get_default_generator(1).initial_seed(), C._get_default_generator(0).initial_seed() == 1234)
+        torch.spyre.set_device(0)
+        print(C._get_default_generator().device, torch.spyre.is_initialized())
+        """,
+        env={"AIU_WORLD_SIZE": "2"},
+    )
+    assert proc.stdout.split() == ["spyre:1", "spyre:1", "1234", "False", "spyre:0", "False"]

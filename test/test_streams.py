@@ -20,7 +20,7 @@ def test_pool_hands_out_ids_round_robin_from_a_fresh_process():
         import torch
         C = torch.spyre._C
         torch.spyre.init()
-        assert C._mapped_stream_count() == 1          # only the default stream
+        assert C._mapped_stream_count() == 5          # the default and host-compute streams
         low = [torch.spyre.Stream().stream_id for _ in range(33)]
         high = [torch.spyre.Stream(priority=-1).stream_id for _ in range(33)]
         positive = torch.spyre.Stream(priority=1).stream_id
@@ -28,7 +28,7 @@ def test_pool_hands_out_ids_round_robin_from_a_fresh_process():
         print(C._mapped_stream_count())
         """
     )
-    assert proc.stdout.split() == ["1", "32", "1", "33", "64", "33", "2", "65"]
+    assert proc.stdout.split() == ["1", "32", "1", "33", "64", "33", "2", "69"]
 
 
 def test_round_robin_is_exact_under_8_threads():
@@ -103,6 +103,253 @@ def test_unknown_stream_id_is_a_clear_error():
         with ghost:
             pass
     assert torch.accelerator.current_stream().stream_id == 0
+
+
+# ---------------------------------------------------------------- per-thread handle cache
+
+
+def test_threads_resolving_the_same_ids_see_the_same_handles():
+    streams = [torch.spyre.default_stream()] + [torch.spyre.Stream(priority=p) for p in (0, -1, 0, -1)]
+    expected = [s.native_handle for s in streams]
+    assert len(set(expected)) == len(streams) and 0 not in expected
+    barrier = threading.Barrier(8)
+    seen = [None] * 8
+
+    def resolve(slot):
+        barrier.wait()  # all 8 first resolutions (the locked lookups) at once
+        first = [s.native_handle for s in streams]
+        again = [s.native_handle for s in streams]  # from the thread's cache
+        seen[slot] = (first, again)
+
+    threads = [threading.Thread(target=resolve, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert seen == [(expected, expected)] * 8
+    assert [s.native_handle for s in streams] == expected
+
+
+def test_an_unmapped_id_is_not_cached_and_resolves_once_mapped():
+    proc = run_python(
+        """
+        import threading, torch
+        C = torch.spyre._C
+        torch.spyre.init()
+        late = torch.Stream(stream_id=3, device_index=0, device_type=C._device_type)
+        asked, mapped, done = threading.Event(), threading.Event(), threading.Event()
+        out = []
+        def other():
+            for _ in range(2):  # an unknown id raises every time, as before
+                try:
+                    late.native_handle
+                except RuntimeError as e:
+                    out.append(str(e).splitlines()[0])
+            asked.set(); mapped.wait()
+            out.append(late.native_handle)
+        t = threading.Thread(target=other); t.start()
+        asked.wait()
+        handed = [torch.spyre.Stream() for _ in range(3)]  # ids 1, 2, 3: maps id 3
+        assert handed[2].stream_id == 3
+        mapped.set(); t.join()
+        print(out[0]); print(out[1]); print(out[2] == handed[2].native_handle)
+        """
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == lines[1]
+    assert lines[0].startswith("SpyreStream: no flex handle for stream id 3 on spyre:0")
+    assert lines[2] == "True"
+
+
+def test_a_thread_created_after_free_runtime_resolves_as_before():
+    proc = run_python(
+        """
+        import threading, torch
+        C = torch.spyre._C
+        streams = [torch.spyre.default_stream(), torch.spyre.Stream(), torch.spyre.Stream(priority=-1)]
+        before = [s.native_handle for s in streams]
+        C.free_runtime()
+        ghost = torch.Stream(stream_id=7, device_index=0, device_type=C._device_type)
+        out = {}
+        def fresh():  # a new thread: its cache is empty, every first resolve is a lookup
+            out["handles"] = [s.native_handle for s in streams]
+            with streams[1]:
+                torch.spyre._sleep(1)  # a mapped handle keeps working
+            streams[1].synchronize()
+            out["idle"] = streams[1].query()
+            try:
+                ghost.query()
+            except RuntimeError as e:
+                out["ghost"] = str(e).splitlines()[0]
+            try:
+                torch.spyre.Stream(priority=-1)  # id 34: needs the freed context
+            except RuntimeError as e:
+                out["new"] = str(e).splitlines()[0]
+        t = threading.Thread(target=fresh); t.start(); t.join()
+        print(out["handles"] == before, out["idle"])
+        print(out["ghost"]); print(out["new"])
+        """
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "True True"
+    assert lines[1].startswith("SpyreStream: no flex handle for stream id 7 on spyre:0")
+    assert lines[2] == (
+        "The Spyre runtime was shut down by free_runtime(); restarting it in the same "
+        "process is not supported (start a new process)"
+    )
+
+
+# ---------------------------------------------------------------- host-compute streams
+
+
+def test_host_compute_streams_are_handed_out_round_robin():
+    proc = run_python(
+        """
+        import torch
+        C = torch.spyre._C
+        ids = [C.host_compute_stream(torch.device("spyre")).id() for _ in range(5)]
+        ids += [C.host_compute_stream().id(), C.host_compute_stream(0).id(),
+                C.host_compute_stream("spyre:0").id()]
+        wrapped = [torch.spyre.host_compute_stream() for _ in range(2)]
+        print(ids, [s.stream_id for s in wrapped])
+        print(C._num_host_compute_streams(), C._mapped_stream_count())
+        s = C.host_compute_stream()
+        print(s, s.device(), s.priority(), s == C.host_compute_stream_by_id(s.id()))
+        """
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "[65, 66, 67, 68, 65, 66, 67, 68] [65, 66]"
+    assert lines[1] == "4 5"  # created with the pool: id 0 and 65-68 are mapped at start
+    assert lines[2] == "<torch_spyre._C._SpyreStreamBase device=spyre:0 id=67> spyre:0 0 True"
+
+
+def test_host_compute_stream_is_a_spyre_stream_with_normal_priority():
+    s = torch.spyre.host_compute_stream()
+    assert type(s) is torch.spyre.Stream and isinstance(s, torch.Stream)
+    assert 65 <= s.stream_id <= 68 and s.device == torch.device("spyre:0") and s.priority == 0
+    assert repr(s) == f"torch.spyre.Stream(device=spyre:0, id={s.stream_id}, priority=0)"
+    assert torch_spyre._C.host_compute_stream_by_id(s.stream_id).id() == s.stream_id
+    assert s.native_handle not in {t.native_handle for t in (torch.spyre.default_stream(), torch.spyre.Stream())}
+    x = torch.arange(6.0, device="spyre")
+    with s:  # ordinary ops queue on it and its memory is stream-ordered
+        y = (x * 2).sum()
+        assert torch.spyre.current_stream() == s
+    s.synchronize()
+    assert y.item() == 30.0
+
+
+def test_host_compute_stream_by_id_and_out_of_range_ids():
+    C = torch_spyre._C
+    for i in range(65, 69):
+        s = C.host_compute_stream_by_id(i, torch.device("spyre:0"))
+        assert (s.id(), s.query()) == (i, True)
+    for bad in (64, 69, 72, -1, 0):
+        with pytest.raises(
+            RuntimeError,
+            match=rf"host_compute_stream_by_id: stream id {bad} is not a host-compute stream id "
+            r"\(expected an id from 65 to 68: 4 host-compute streams",
+        ):
+            C.host_compute_stream_by_id(bad, torch.device("spyre"))
+    with pytest.raises(ValueError, match="expected a spyre device, got cpu"):
+        C.host_compute_stream(torch.device("cpu"))
+    with pytest.raises(TypeError, match="expected device to be None, an int, a str or a torch.device"):
+        C.host_compute_stream(1.5)
+    with pytest.raises(RuntimeError, match="Invalid device index 300"):
+        C.host_compute_stream(300)
+
+
+def test_host_compute_stream_synchronize_and_query_wait_for_its_work():
+    C = torch_spyre._C
+    s = torch.spyre.host_compute_stream()
+    native = C.host_compute_stream_by_id(s.stream_id)
+    gate = Gate()
+    gate.block(s)
+    with s:
+        torch.spyre._sleep(1)
+    assert (native.query(), s.query()) == (False, False)
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (native.synchronize(), done.set()))
+    waiter.start()
+    while C._threads_in_host_waits() < 1:
+        time.sleep(0.001)
+    assert not done.is_set()
+    gate.release()
+    waiter.join(timeout=30)
+    assert done.is_set() and native.query() is True and s.query() is True
+
+
+def test_device_synchronize_covers_the_host_compute_streams():
+    C = torch_spyre._C
+    streams = [torch.spyre.Stream._wrap((i, 0)) for i in range(65, 69)]
+    gate = Gate()
+    for s in streams:
+        gate.block(s)
+        with s:
+            torch.spyre._sleep(5)  # behind the gate: still queued when it opens
+    done = threading.Event()
+    syncer = threading.Thread(target=lambda: (torch.spyre.synchronize(), done.set()))
+    syncer.start()
+    while C._threads_in_host_waits() < 1:
+        time.sleep(0.001)
+    assert not done.is_set()
+    gate.release()
+    syncer.join(timeout=30)
+    assert done.is_set()
+    # Returned only once the work behind the gate had run, on every one of them.
+    assert [C.host_compute_stream_by_id(s.stream_id).query() for s in streams] == [True] * 4
+
+
+@pytest.mark.parametrize(
+    "value, ids",
+    [("1", [65, 65, 65]), ("8", [65, 66, 67, 68, 69, 70, 71, 72, 65]), ("", [65, 66, 67, 68, 65])],
+    ids=["1", "8", "empty is the default"],
+)
+def test_number_of_host_compute_streams_from_the_environment(value, ids):
+    proc = run_python(
+        f"""
+        import torch
+        C = torch.spyre._C
+        print([C.host_compute_stream().id() for _ in range({len(ids)})])
+        n = C._num_host_compute_streams()
+        print(n, C._mapped_stream_count())
+        for bad in (64, 65 + n):
+            try:
+                C.host_compute_stream_by_id(bad)
+            except RuntimeError as e:
+                print(str(e).splitlines()[0])
+        """,
+        env={"TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS": value},
+    )
+    lines = proc.stdout.strip().splitlines()
+    n = max(ids) - 64
+    assert lines[0] == str(ids)
+    assert lines[1] == f"{n} {n + 1}"
+    for bad, line in zip((64, 65 + n), lines[2:]):
+        assert line.startswith(
+            f"host_compute_stream_by_id: stream id {bad} is not a host-compute stream id "
+            f"(expected an id from 65 to {64 + n}: {n} host-compute streams"
+        ), line
+    assert len(lines) == 4
+
+
+@pytest.mark.parametrize("value", ["0", "9", "-1", "abc", "4.5", "4 ", "99999999999999999999"])
+def test_bad_number_of_host_compute_streams_is_a_clear_error(value):
+    proc = run_python(
+        """
+        import torch
+        for use in (torch.spyre.init, torch.spyre.host_compute_stream, torch.spyre.Stream):
+            try:
+                use()
+                print("no error")
+            except RuntimeError as e:
+                print(str(e).splitlines()[0])
+        print(torch.spyre.is_initialized())
+        """,
+        env={"TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS": value},
+    )
+    expected = (
+        f"TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS='{value}' is not a valid number of host-compute "
+        "streams (expected an integer from 1 to 8; unset, the default is 4)"
+    )
+    assert proc.stdout.splitlines() == [expected] * 3 + ["False"]
 
 
 # ---------------------------------------------------------------- current stream

@@ -125,20 +125,6 @@ def test_ddp_is_not_supported_yet():
     assert proc.stdout.splitlines() == ["RuntimeError Work::getFuture not implemented."]
 
 
-def test_torch_compile_is_not_supported_yet():
-    proc = run_python(
-        """
-        import torch
-        try:
-            torch.compile(lambda x: x * 2)(torch.ones(3, device="spyre"))
-        except Exception as e:
-            print(type(e).__name__, str(e).splitlines()[0])
-        """,
-        timeout=300,
-    )
-    assert proc.stdout.splitlines() == ["InductorError KeyError: 'spyre'"]
-
-
 def test_graphs_are_not_supported():
     with pytest.raises(RuntimeError, match=r"^Graph is not supported on device type: spyre$"):
         torch.accelerator.Graph()

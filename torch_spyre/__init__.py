@@ -22,7 +22,7 @@ def _autoload() -> None:
 import torch as _torch  # noqa: E402
 
 # Loading _C registers the device guard, hooks, allocators and kernels.
-from . import _C  # noqa: F401,E402
+from . import _C, _compile  # noqa: F401,E402
 # _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
 from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,
@@ -81,6 +81,7 @@ from .streams import (  # noqa: F401,E402
     _sleep,
     current_stream,
     default_stream,
+    host_compute_stream,
     set_stream,
     stream,
 )
@@ -91,8 +92,8 @@ __all__ = [
     "get_device_capability", "get_device_name", "get_device_properties", "init",
     "is_available", "is_bf16_supported", "is_initialized", "set_device", "synchronize",
     # streams and events
-    "Event", "Stream", "StreamContext", "current_stream", "default_stream", "set_stream",
-    "stream",
+    "Event", "Stream", "StreamContext", "current_stream", "default_stream",
+    "host_compute_stream", "set_stream", "stream",
     # memory
     "empty_cache", "host_memory_stats", "max_memory_allocated", "max_memory_reserved",
     "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",
@@ -136,5 +137,24 @@ def _register_spyreccl() -> None:
     dist.Backend.register_backend("spyreccl", create, extended_api=True, devices=["spyre"])
 
 
+# Inductor asks the device module for its code generators (torch.spyre.Scheduling
+# etc.); they load with inductor, at the first compile, never at `import torch`.
+_INDUCTOR_BACKEND = {
+    "Scheduling": "Scheduling",
+    "PythonWrapperCodegen": "SpyreWrapperCodegen",
+    "CppWrapperCodegen": "CppWrapperRefused",
+    "WrapperFxCodegen": "FxWrapperRefused",
+}
+
+
+def __getattr__(name):
+    if name in _INDUCTOR_BACKEND:
+        from ._compile import inductor
+
+        return getattr(inductor, _INDUCTOR_BACKEND[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _register()
 _register_spyreccl()
+_compile.register_when_dynamo_loads()

@@ -106,6 +106,12 @@ def init() -> None:
 
 def synchronize(device=None) -> None:
     """Wait for all work on every stream of the device (default: the current one)."""
+    if torch.compiler.is_compiling():  # what dynamo traces (docs/compile.md)
+        if device is None:
+            torch.accelerator.synchronize()  # dynamo's handler refuses an explicit None
+        else:
+            torch.accelerator.synchronize(device)
+        return
     if _called_by_profiler_exit():
         _drain_for_profiler(_device_index(device))
         return

@@ -109,17 +109,36 @@ class StreamContext:
 
 def stream(stream) -> StreamContext:
     """Context manager that runs its body on `stream` (None: leave the current stream)."""
+    if stream is not None and torch.compiler.is_compiling():
+        # Dynamo traces torch.Stream's own context manager into stream-annotated
+        # graphs (docs/compile.md); it cannot evaluate the device check.
+        return stream
     return StreamContext(stream)
 
 
 def current_stream(device=None) -> Stream:
     """The calling thread's current stream (the default stream until set)."""
+    if torch.compiler.is_compiling():
+        return torch.accelerator.current_stream() if device is None else \
+            torch.accelerator.current_stream(device)  # what dynamo traces
     return Stream._wrap(_C._current_stream(_device_index(device)))
 
 
 def default_stream(device=None) -> Stream:
     """The default stream (id 0)."""
     return Stream._wrap(_C._default_stream(_device_index(device)))
+
+
+def host_compute_stream(device=None) -> Stream:
+    """The next host-compute stream of `device` (ids 65..65+N-1, round robin).
+
+    N is TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS (default 4, 1 to 8); these
+    streams exist from the runtime's start and have normal priority
+    (docs/streams.md). torch_spyre._C.host_compute_stream returns the same
+    stream as upstream's bare stream object.
+    """
+    native = _C.host_compute_stream(_device_index(device))
+    return Stream._wrap((native.id(), native.device().index))
 
 
 def set_stream(stream) -> None:

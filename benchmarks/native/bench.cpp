@@ -19,6 +19,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -70,22 +71,6 @@ void pinTo(int cpu) {
   CPU_ZERO(&only);
   CPU_SET(cpu, &only);
   pthread_setaffinity_np(pthread_self(), sizeof only, &only);
-}
-
-// Runs `f` on a new thread pinned to `cpu`; threads it starts inherit the pin.
-template <class F>
-void onPinnedThread(int cpu, F&& f) {
-  std::exception_ptr error;
-  std::thread thread([&] {
-    pinTo(cpu);
-    try {
-      f();
-    } catch (...) {
-      error = std::current_exception();
-    }
-  });
-  thread.join();
-  if (error) std::rethrow_exception(error);
 }
 
 struct Latency {
@@ -221,11 +206,13 @@ void mapAllPoolStreams() {
 }
 
 // Starts the runtime and checks that no pool id was handed out yet, so no
-// stream has been used and no engine thread exists.
+// stream has been used and no engine thread exists. (The default stream and
+// the host-compute streams are mapped at start.)
 void requireFreshProcess(const char* benchmark) {
   startRuntime();
-  TORCH_CHECK(mappedStreamCount() == 1, benchmark, " must run in a fresh process: ",
-              mappedStreamCount() - 1, " pool ids are already mapped");
+  const size_t at_start = 1 + static_cast<size_t>(hostComputeStreamCount());
+  TORCH_CHECK(mappedStreamCount() == at_start, benchmark, " must run in a fresh process: ",
+              mappedStreamCount() - at_start, " pool ids are already mapped");
 }
 
 R1Pool& warmR1() {
@@ -402,8 +389,9 @@ BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the write
   const SpyreStream default_stream = getDefaultStream();
   const auto mine = stalls([&] { keep(default_stream.resolveRuntimeHandle()); },
                            [](int priority) { return getStreamFromPool(priority).id(); });
-  TORCH_CHECK(mappedStreamCount() == kNumPoolStreamIds, "pool.first_touch: expected ",
-              kNumPoolStreamIds, " mapped ids, got ", mappedStreamCount());
+  const size_t all_ids = kNumPoolStreamIds + static_cast<size_t>(hostComputeStreamCount());
+  TORCH_CHECK(mappedStreamCount() == all_ids, "pool.first_touch: expected ", all_ids,
+              " mapped ids, got ", mappedStreamCount());
   R1Pool fresh(defaultHandle());
   const auto theirs = stalls([&] { keep(fresh.resolve(kDefaultStreamId)); },
                              [&](int priority) { return fresh.handOut(priority); });
@@ -421,48 +409,44 @@ BenchResult poolFirstTouch(int64_t /*iterations: the reader runs until the write
 const std::function<void()> kNoop = [] {};
 
 // "ours"/"ref" hold the median round trip; the p99s are extras. Runs in a fresh
-// process, on a thread pinned to cpu0 that starts both the stub's engine and
-// R2's worker, so they inherit the pin and share the host's core: the row then
-// compares the two designs, not where the scheduler put a woken thread (a wake
-// across this VM's vCPUs costs 25-75 us when the other one is idle, whichever
-// design). The two alternate in short batches so both see the same machine.
+// process, unpinned, as users run it: the stub's engine and R2's worker go
+// wherever the scheduler puts them. The two alternate in short batches so both
+// see the same machine.
 BenchResult stubRoundTrip(int64_t n, int repeats) {
   requireFreshProcess("stub.round_trip");
   constexpr int64_t kBatch = 20;
   BenchResult out;
-  onPinnedThread(0, [&] {
-    const SpyreStream stream = getStreamFromPool();
-    R2Worker r2;
-    auto ours = [&] {
-      stream.launchCompute(kNoop, "noop");
-      stream.synchronize();
-    };
-    auto ref = [&] {
-      r2.launch(kNoop);
-      r2.synchronize();
-    };
-    auto timeBatch = [](std::vector<double>& samples, auto&& roundTrip) {
-      for (int64_t i = 0; i < kBatch; ++i) {
-        const auto start = Clock::now();
-        roundTrip();
-        samples.push_back(nsBetween(start, Clock::now()));
-      }
-    };
-    ours();  // the first launch starts the engine, on this thread's core
-    for (int r = 0; r < repeats; ++r) {
-      std::vector<double> mine, theirs;
-      for (int64_t done = 0; done < n; done += kBatch) {
-        timeBatch(mine, ours);
-        timeBatch(theirs, ref);
-      }
-      const Latency a = percentiles(std::move(mine));
-      const Latency b = percentiles(std::move(theirs));
-      out["ours"].push_back(a.p50);
-      out["ref"].push_back(b.p50);
-      out["ours_p99"].push_back(a.p99);
-      out["ref_p99"].push_back(b.p99);
+  const SpyreStream stream = getStreamFromPool();
+  R2Worker r2;
+  auto ours = [&] {
+    stream.launchCompute(kNoop, "noop");
+    stream.synchronize();
+  };
+  auto ref = [&] {
+    r2.launch(kNoop);
+    r2.synchronize();
+  };
+  auto timeBatch = [](std::vector<double>& samples, auto&& roundTrip) {
+    for (int64_t i = 0; i < kBatch; ++i) {
+      const auto start = Clock::now();
+      roundTrip();
+      samples.push_back(nsBetween(start, Clock::now()));
     }
-  });
+  };
+  ours();  // the first launch starts the engine
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> mine, theirs;
+    for (int64_t done = 0; done < n; done += kBatch) {
+      timeBatch(mine, ours);
+      timeBatch(theirs, ref);
+    }
+    const Latency a = percentiles(std::move(mine));
+    const Latency b = percentiles(std::move(theirs));
+    out["ours"].push_back(a.p50);
+    out["ref"].push_back(b.p50);
+    out["ours_p99"].push_back(a.p99);
+    out["ref_p99"].push_back(b.p99);
+  }
   return out;
 }
 
@@ -502,24 +486,27 @@ BenchResult stubIdleSync(int64_t n, int repeats) {
   return out;
 }
 
-// synchronizeDevice() with all 65 ids mapped and idle, vs checking 65
-// in-flight counters (R2's idle test) in turn.
+// synchronizeDevice() with all 65 pool ids (and the host-compute streams)
+// mapped and idle, vs checking as many in-flight counters (R2's idle test) in
+// turn.
 BenchResult stubIdleDeviceSync(int64_t n, int repeats) {
   mapAllPoolStreams();
   synchronizeDevice();
   std::vector<Handle> handles;
   std::vector<uint64_t> launched_before;
-  for (c10::StreamId id = 0; id < kNumPoolStreamIds; ++id) {
+  const c10::StreamId end = kFirstHostComputeStreamId + hostComputeStreamCount();
+  for (c10::StreamId id = 0; id < end; ++id) {
     handles.push_back(handleOf(id));
     launched_before.push_back(flex::test::launchedOps(handles.back()));
   }
-  std::array<InFlight, kNumPoolStreamIds> counters;
+  const size_t count = handles.size();
+  std::unique_ptr<InFlight[]> counters(new InFlight[count]);
   BenchResult out;
   interleave(
       out, repeats, [&] { return nsPerCall(n, [] { synchronizeDevice(); }); },
       [&] {
         return nsPerCall(n, [&] {
-          for (const InFlight& c : counters) keep(c.idle());
+          for (size_t i = 0; i < count; ++i) keep(counters[i].idle());
         });
       });
   bool enqueued_nothing = true;

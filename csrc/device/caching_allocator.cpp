@@ -71,8 +71,8 @@ bool DeviceCachingAllocator::BySize::operator()(const DeviceBlock* a, const Devi
 
 flex::RuntimeStream* DeviceCachingAllocator::handleLocked(c10::StreamId stream,
                                                           c10::DeviceIndex device) {
-  TORCH_CHECK(stream >= 0 && stream < kNumPoolStreamIds, "spyre allocator: stream id ", stream,
-              " is not a pool stream id (0-", kNumPoolStreamIds - 1, ")");
+  TORCH_CHECK(stream >= 0 && stream < kMaxStreamIds, "spyre allocator: stream id ", stream,
+              " is not a stream id with a handle (0-", kMaxStreamIds - 1, ")");
   flex::RuntimeStream*& handle = handles_[static_cast<size_t>(stream)];
   if (handle == nullptr) {
     handle = SpyreStream(c10::Stream(c10::Stream::UNSAFE,

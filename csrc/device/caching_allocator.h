@@ -129,7 +129,7 @@ class DeviceCachingAllocator {
   // Events recorded at free time, per recorded stream, in record order.
   std::map<c10::StreamId, std::deque<PendingEvent>> events_;
   // Runtime handles by stream id, resolved once (an id never changes handle).
-  std::array<flex::RuntimeStream*, kNumPoolStreamIds> handles_{};
+  std::array<flex::RuntimeStream*, kMaxStreamIds> handles_{};
   c10::CachingDeviceAllocator::DeviceStats stats_;
 };
 

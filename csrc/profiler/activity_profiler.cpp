@@ -103,11 +103,12 @@ const char* launchName(Kind kind) {
   return "launch";
 }
 
-// "spyre:0 stream 3 (low priority)": the lane of a pool stream.
+// "spyre:0 stream 3 (low priority)": the lane of a stream of the pool.
 std::string laneName(int device, c10::StreamId id) {
   const char* pool = id == kDefaultStreamId            ? "default"
                      : id < kFirstHighPriorityStreamId ? "low priority"
-                                                       : "high priority";
+                     : id < kFirstHostComputeStreamId  ? "high priority"
+                                                       : "host compute";
   return "spyre:" + std::to_string(device) + " stream " + std::to_string(id) + " (" + pool + ")";
 }
 
@@ -166,7 +167,7 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
       // A flex stream outside the pool (none today) gets a lane past the pool ids.
       const int64_t lane = pool_id != pool_ids.end()
                                ? pool_id->second
-                               : kNumPoolStreamIds + static_cast<int64_t>(record.stream_id);
+                               : kMaxStreamIds + static_cast<int64_t>(record.stream_id);
       lanes_.emplace(lane, pool_id != pool_ids.end()
                                ? laneName(record.device, pool_id->second)
                                : "spyre:" + std::to_string(record.device) + " flex stream " +

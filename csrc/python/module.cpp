@@ -3,12 +3,14 @@
 // boundary as (stream_id, device_index) pairs; torch_spyre wraps them in
 // torch.Stream subclasses.
 #include <ATen/core/CachingHostAllocator.h>
+#include <torch/csrc/Device.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/Stream.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
+#include "aten/compiled_kernel.h"
 #include "aten/launch.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
@@ -71,6 +73,27 @@ void checkTorchStreamIndices() {
   }
 }
 
+// A device argument as upstream's bindings take it: None (the current
+// device), an int, a str or a torch.device, of type spyre.
+c10::DeviceIndex deviceFromPython(const py::handle& device) {
+  if (device.is_none()) return -1;
+  if (PyLong_Check(device.ptr()) && !PyBool_Check(device.ptr())) {
+    return deviceArg(device.cast<int64_t>());
+  }
+  std::optional<c10::Device> parsed;
+  if (THPDevice_Check(device.ptr())) {
+    parsed = reinterpret_cast<THPDevice*>(device.ptr())->device;
+  } else if (py::isinstance<py::str>(device)) {
+    parsed = c10::Device(device.cast<std::string>());
+  }
+  TORCH_CHECK_TYPE(parsed.has_value(), "expected device to be None, an int, a str or a "
+                   "torch.device, got ", py::repr(device).cast<std::string>(), " of type ",
+                   Py_TYPE(device.ptr())->tp_name);
+  TORCH_CHECK_VALUE(parsed->type() == c10::DeviceType::PrivateUse1,
+                    "expected a spyre device, got ", parsed->str());
+  return parsed->has_index() ? parsed->index() : -1;
+}
+
 SpyreStream fromKey(c10::StreamId id, int64_t device_index) {
   return SpyreStream(c10::Stream(
       c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, deviceArg(device_index)), id));
@@ -93,6 +116,50 @@ void bindRuntime(py::module_& m) {
         "Threads blocked in (or entering) a wait on device work.");
 }
 
+// Upstream's host-compute stream API: _C.host_compute_stream(device) and
+// _C.host_compute_stream_by_id(id, device) return a _SpyreStreamBase (id(),
+// query(), synchronize(), device(), priority()); torch.spyre.host_compute_stream()
+// wraps the same stream in a torch.spyre.Stream.
+// Bound as a type with internal linkage: pybind11's classes are hidden, and a
+// class_ of the exported SpyreStream would have greater visibility.
+struct BareStream {
+  SpyreStream stream;
+};
+
+void bindHostComputeStreams(py::module_& m) {
+  m.attr("_first_host_compute_stream_id") = kFirstHostComputeStreamId;
+  py::class_<BareStream>(m, "_SpyreStreamBase")
+      .def("id", [](const BareStream& s) { return s.stream.id(); }, "The stream id.")
+      .def("device", [](const BareStream& s) { return s.stream.device(); }, "The stream's device.")
+      .def("priority", [](const BareStream& s) { return s.stream.priority(); },
+           "0 (low priority or host-compute) or -1 (high priority).")
+      .def("query", [](const BareStream& s) { return s.stream.query(); },
+           "True iff all work launched on the stream has finished.")
+      .def("synchronize", [](const BareStream& s) { s.stream.synchronize(); },
+           "Wait for all work launched on the stream (releases the GIL).")
+      .def("__eq__", [](const BareStream& a, const BareStream& b) { return a.stream == b.stream; })
+      .def("__hash__",
+           [](const BareStream& s) { return std::hash<c10::Stream>()(s.stream.unwrap()); })
+      .def("__repr__", [](const BareStream& s) {
+        return "<torch_spyre._C._SpyreStreamBase device=spyre:" +
+               std::to_string(static_cast<int>(s.stream.device_index())) + " id=" +
+               std::to_string(s.stream.id()) + ">";
+      });
+  m.def("host_compute_stream",
+        [](const py::object& device) {
+          return BareStream{getHostComputeStream(deviceFromPython(device))};
+        },
+        py::arg("device") = py::none(),
+        "The next host-compute stream of the device (round robin over ids 65..65+N-1).");
+  m.def("host_compute_stream_by_id",
+        [](c10::StreamId id, const py::object& device) {
+          return BareStream{getHostComputeStreamById(id, deviceFromPython(device))};
+        },
+        py::arg("id"), py::arg("device") = py::none(),
+        "The host-compute stream with this id (65..65+N-1).");
+  m.def("_num_host_compute_streams", &hostComputeStreamCount);
+}
+
 void bindStreams(py::module_& m) {
   m.attr("_default_stream_id") = kDefaultStreamId;
   m.attr("_first_low_priority_stream_id") = kFirstLowPriorityStreamId;
@@ -112,6 +179,7 @@ void bindStreams(py::module_& m) {
     return key(setCurrentStream(fromKey(id, device)));
   });
   m.def("_synchronize", [](int64_t device) { synchronizeDevice(deviceArg(device)); });
+  bindHostComputeStreams(m);
   m.def("_drain", [](int64_t device) {
     std::string consumed;
     const bool failed = drainDevice(deviceArg(device), consumed);
@@ -152,10 +220,14 @@ void bindErrors(py::module_& m) {
 }
 
 void bindGenerators(py::module_& m) {
-  m.def("_get_default_generator", [](int64_t device) {
-    return py::reinterpret_steal<py::object>(
-        THPGenerator_initDefaultGenerator(defaultGenerator(deviceArg(device))));
-  });
+  // No argument (or -1): the current device's generator, as upstream.
+  m.def(
+      "_get_default_generator",
+      [](int64_t device) {
+        return py::reinterpret_steal<py::object>(
+            THPGenerator_initDefaultGenerator(defaultGenerator(deviceArg(device))));
+      },
+      py::arg("device") = -1);
 }
 
 // The bound device's properties (starts the runtime, as CUDA's does).
@@ -235,6 +307,55 @@ bool mustNotReturnToPython() noexcept {
          PyThread_get_thread_ident() != main_thread_ident;
 }
 
+// torch.compile's kernels (torch_spyre/_inductor): called with the
+// arguments inductor passes, queued on the current stream.
+void bindCompiledKernels(py::module_& m) {
+  py::class_<CompiledKernel>(m, "_CompiledKernel")
+      .def(py::init<uintptr_t, std::string, std::string>(), py::arg("entry"), py::arg("kinds"),
+           py::arg("name"))
+      .def_property_readonly("name", &CompiledKernel::name)
+      .def("__call__", [](const CompiledKernel& kernel, const py::args& args) {
+        const std::string& kinds = kernel.kinds();
+        TORCH_CHECK_TYPE(args.size() == kinds.size(), "compiled kernel ", kernel.name(), " takes ",
+                         kinds.size(), " arguments, got ", args.size());
+        const SpyreStream stream = getCurrentStream(-1);
+        CompiledKernel::Slots slots(kinds.size(), 0);
+        size_t bytes = 0;
+        for (size_t i = 0; i < kinds.size(); ++i) {
+          const py::handle arg = args[i];
+          switch (kinds[i]) {
+            case 'p': {
+              TORCH_CHECK_TYPE(THPVariable_Check(arg.ptr()), "compiled kernel ", kernel.name(),
+                               ": argument ", i, " must be a tensor, got ",
+                               py::str(py::type::of(arg)).cast<std::string>());
+              const at::Tensor& t = THPVariable_Unpack(arg.ptr());
+              TORCH_CHECK_VALUE(t.device() == stream.device(), "compiled kernel ", kernel.name(),
+                                ": argument ", i, " is on ", t.device(), ", expected ",
+                                stream.device());
+              slots[i] = reinterpret_cast<uintptr_t>(t.data_ptr());
+              bytes += t.nbytes();
+              break;
+            }
+            case 'i': {
+              const int64_t value = arg.cast<int64_t>();
+              std::memcpy(&slots[i], &value, sizeof(value));
+              break;
+            }
+            case 'f': {
+              const float value = arg.cast<float>();
+              std::memcpy(&slots[i], &value, sizeof(value));
+              break;
+            }
+            default: {
+              const double value = arg.cast<double>();
+              std::memcpy(&slots[i], &value, sizeof(value));
+            }
+          }
+        }
+        kernel.launch(stream, std::move(slots), bytes);
+      });
+}
+
 // Host waits release the GIL (runtime/host_wait.h): an engine thread or
 // another Python thread may need it to finish what this thread waits for.
 void waitWithoutGil(HostWaitFn fn, void* arg) noexcept {
@@ -271,4 +392,5 @@ PYBIND11_MODULE(_C, m) {
   spyre::bindGenerators(m);
   spyre::bindDeviceProperties(m);
   spyre::bindHostMemory(m);
+  spyre::bindCompiledKernels(m);
 }

@@ -53,8 +53,6 @@ c10::DeviceIndex defaultDeviceIndex() {
   return static_cast<c10::DeviceIndex>(parsed.first);
 }
 
-// -1 until the thread first asks: then LOCAL_RANK (or 0).
-thread_local c10::DeviceIndex tls_idx = -1;
 
 void markForkedChild() {
   // The child has the parent's memory but none of the runtime's threads.
@@ -145,12 +143,14 @@ c10::DeviceIndex deviceCountNoThrow() noexcept {
   }
 }
 
-c10::DeviceIndex currentDevice() {
-  if (C10_UNLIKELY(tls_idx < 0)) {
-    tls_idx = defaultDeviceIndex();
-  }
-  return tls_idx;
+namespace detail {
+thread_local constinit c10::DeviceIndex tls_current_device = -1;
+
+c10::DeviceIndex initCurrentDevice() {
+  tls_current_device = defaultDeviceIndex();
+  return tls_current_device;
 }
+}  // namespace detail
 
 void setCurrentDevice(c10::DeviceIndex index) {
   const c10::DeviceIndex count = deviceCount();
@@ -158,11 +158,11 @@ void setCurrentDevice(c10::DeviceIndex index) {
               ": out of range for ", static_cast<int>(count),
               " visible Spyre device(s) (expected an index in [0, ", static_cast<int>(count),
               "))");
-  tls_idx = index;
+  detail::tls_current_device = index;
 }
 
 void setCurrentDeviceUnchecked(c10::DeviceIndex index) noexcept {
-  tls_idx = index;
+  detail::tls_current_device = index;
 }
 
 void startRuntime() {

@@ -37,8 +37,22 @@ c10::DeviceIndex deviceCount();
 // Same, but 0 instead of throwing (for noexcept callers).
 c10::DeviceIndex deviceCountNoThrow() noexcept;
 
+namespace detail {
+// The calling thread's current device: -1 until the thread first asks, then
+// LOCAL_RANK (or 0) unless set. constinit: read without a TLS wrapper call.
+extern thread_local constinit c10::DeviceIndex tls_current_device;
+c10::DeviceIndex initCurrentDevice();
+}  // namespace detail
+
 // The calling thread's current device. Defaults to LOCAL_RANK (else 0).
-c10::DeviceIndex currentDevice();
+// Inline: every stream and device call reads it.
+inline c10::DeviceIndex currentDevice() {
+  const c10::DeviceIndex index = detail::tls_current_device;
+  if (C10_LIKELY(index >= 0)) {
+    return index;
+  }
+  return detail::initCurrentDevice();
+}
 // Sets the calling thread's current device after checking it against the
 // visible device count ("... out of range ...").
 void setCurrentDevice(c10::DeviceIndex index);

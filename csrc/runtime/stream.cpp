@@ -3,11 +3,14 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <c10/util/CallOnce.h>
@@ -27,8 +30,10 @@ struct StreamPool {
   std::unordered_map<c10::StreamId, flex::RuntimeStream*> stream_handle_map;
   std::vector<c10::StreamId> low_priority_streams;
   std::vector<c10::StreamId> high_priority_streams;
+  std::vector<c10::StreamId> host_compute_streams;  // all mapped at initialization
   size_t next_low_priority_idx = 0;
   size_t next_high_priority_idx = 0;
+  size_t next_host_compute_idx = 0;
   // Touched only under `mutex` (upstream indexed its once-flag map unlocked).
   std::unordered_map<c10::DeviceIndex, bool> device_init_flags;
   // One flag per pool id: its flex stream is created once, outside `mutex`.
@@ -42,6 +47,18 @@ StreamPool& streamPool() {
 }
 
 thread_local c10::StreamId tls_current_stream_id = kDefaultStreamId;
+
+// Per-thread read-through cache of resolved handles, indexed by stream id
+// (docs/streams.md, "The per-thread handle cache"). A slot is filled from
+// stream_handle_map under the shared_lock the first time this thread resolves
+// the id, and read without any lock afterwards. Valid by the note's
+// invariants: the map is append-only, an id once mapped always maps to the
+// same flex::RuntimeStream*, and no handle is ever removed or destroyed by the
+// pool, so a cached slot can never go stale. Only found handles are cached: an
+// unmapped id takes the locked lookup (and raises) every time, and is
+// resolved normally once the pool maps it. Plain pointers: no destructor
+// runs at thread exit.
+thread_local std::array<flex::RuntimeStream*, kMaxStreamIds> tls_handle_cache{};
 
 #ifdef SPYRE_LOCK_AUDIT
 thread_local detail::PoolLockHeld tls_pool_lock_held = detail::PoolLockHeld::None;
@@ -72,17 +89,61 @@ class PoolLock {
   Lock<std::shared_mutex> lock_;
 };
 
+// TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS, parsed once; a bad value is reported
+// on every use rather than replaced.
+struct HostComputeSetting {
+  int count = kDefaultHostComputeStreams;
+  std::string error;
+};
+
+HostComputeSetting parseHostComputeSetting() {
+  const char* env = std::getenv("TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS");
+  if (env == nullptr || *env == '\0') {
+    return {};
+  }
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || end == env || value < 1 || value > kMaxHostComputeStreams) {
+    return {0, std::string("TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS='") + env +
+                   "' is not a valid number of host-compute streams (expected an integer from 1 "
+                   "to " + std::to_string(kMaxHostComputeStreams) + "; unset, the default is " +
+                   std::to_string(kDefaultHostComputeStreams) + ")"};
+  }
+  return {static_cast<int>(value), ""};
+}
+
+// Every spyre Device, built once: constructing a c10::Device validates it out
+// of line, which cost more than the rest of getCurrentStream(). A trivially
+// destructible array: no static destructor runs under a thread still using it.
+template <size_t... I>
+std::array<c10::Device, sizeof...(I)> allSpyreDevices(std::index_sequence<I...>) {
+  return {c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(I))...};
+}
+const std::array<c10::Device, kMaxDevices> spyre_devices =
+    allSpyreDevices(std::make_index_sequence<kMaxDevices>());
+static_assert(std::is_trivially_destructible_v<decltype(spyre_devices)>);
+
+// `device` is an index ensureDevice() accepted, in [0, kMaxDevices).
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+  return c10::Stream(c10::Stream::UNSAFE, spyre_devices[device], id);
 }
 
 void initializeStreamPoolImpl(c10::DeviceIndex device) {
   StreamPool& pool = streamPool();
+  const int host_compute_count = hostComputeStreamCount();  // raises on a bad value
   flex::RuntimeContext* context = GlobalRuntime::get();
   TORCH_CHECK(context != nullptr, "initializeStreamPoolImpl: the Spyre runtime is not started");
   // Asked before locking: no runtime call runs under the pool lock (the audit
-  // build of test/stress checks it).
+  // build of test/stress checks it). The host-compute streams are created
+  // here, then mapped under the unique_lock with the default stream. Called
+  // once per process (startRuntime), so none is created twice.
   flex::RuntimeStream* default_stream = context->getDefaultStream();
+  std::vector<flex::RuntimeStream*> host_compute_handles;
+  for (int i = 0; i < host_compute_count; ++i) {
+    host_compute_handles.push_back(context->createStream(flex::RuntimeStreamPriority::NORMAL,
+                                                         flex::RuntimeStreamMode::STRICT_ORDERING,
+                                                         /*track_hazards=*/false));
+  }
   PoolLock<std::unique_lock> lock(pool);
   if (pool.device_init_flags[device]) {
     return;
@@ -96,8 +157,13 @@ void initializeStreamPoolImpl(c10::DeviceIndex device) {
     pool.low_priority_streams.push_back(kFirstLowPriorityStreamId + i);
     pool.high_priority_streams.push_back(kFirstHighPriorityStreamId + i);
   }
+  for (int i = 0; i < host_compute_count; ++i) {
+    pool.host_compute_streams.push_back(kFirstHostComputeStreamId + i);
+    pool.stream_handle_map.emplace(kFirstHostComputeStreamId + i, host_compute_handles[i]);
+  }
   pool.next_low_priority_idx = 0;
   pool.next_high_priority_idx = 0;
+  pool.next_host_compute_idx = 0;
   pool.device_init_flags[device] = true;
 }
 
@@ -115,6 +181,28 @@ void createRuntimeStream(c10::StreamId id, bool high_priority) {
   });
 }
 
+// resolveRuntimeHandle()'s first resolution of `id` on this thread: the
+// note's shared_lock lookup, then the handle goes into the thread's cache.
+flex::RuntimeStream* lookUpAndCache(c10::StreamId id, c10::DeviceIndex device) {
+  StreamPool& pool = streamPool();
+  flex::RuntimeStream* handle = nullptr;
+  {
+    PoolLock<std::shared_lock> lock(pool);
+    auto it = pool.stream_handle_map.find(id);
+    TORCH_CHECK(it != pool.stream_handle_map.end(), "SpyreStream: no flex handle for stream id ",
+                id, " on spyre:", static_cast<int>(device),
+                " (ids 0-64 are valid and mapped when first handed out by the pool, ",
+                kFirstHostComputeStreamId, "-", kFirstHostComputeStreamId + hostComputeStreamCount() - 1,
+                " are the host-compute streams; create streams with torch.spyre.Stream() or "
+                "torch.Stream(device='spyre'))");
+    handle = it->second;
+  }
+  if (id >= 0 && id < kMaxStreamIds) {
+    tls_handle_cache[static_cast<size_t>(id)] = handle;
+  }
+  return handle;
+}
+
 }  // namespace
 
 #ifdef SPYRE_LOCK_AUDIT
@@ -122,6 +210,12 @@ detail::PoolLockHeld detail::poolLockHeldByThisThread() {
   return tls_pool_lock_held;
 }
 #endif
+
+int hostComputeStreamCount() {
+  static const HostComputeSetting setting = parseHostComputeSetting();
+  TORCH_CHECK(setting.error.empty(), setting.error);
+  return setting.count;
+}
 
 void initializeStreamPool(c10::DeviceIndex device) {
   initializeStreamPoolImpl(device);
@@ -143,9 +237,8 @@ std::vector<std::pair<c10::StreamId, uint64_t>> mappedRuntimeStreamIds() {
   return ids;
 }
 
-SpyreStream::SpyreStream(c10::Stream stream) : stream_(stream) {
-  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
-              "SpyreStream requires a spyre (PrivateUse1) stream, got a stream of device type ",
+void SpyreStream::throwNotSpyreStream(c10::Stream stream) {
+  TORCH_CHECK(false, "SpyreStream requires a spyre (PrivateUse1) stream, got a stream of device type ",
               stream.device_type());
 }
 
@@ -154,15 +247,14 @@ int SpyreStream::priority() const {
 }
 
 flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
-  ensureDevice(device_index());
-  StreamPool& pool = streamPool();
-  PoolLock<std::shared_lock> lock(pool);
-  auto it = pool.stream_handle_map.find(id());
-  TORCH_CHECK(it != pool.stream_handle_map.end(), "SpyreStream: no flex handle for stream id ",
-              id(), " on spyre:", static_cast<int>(device_index()),
-              " (ids 0-64 are valid and mapped when first handed out by the pool; "
-              "create streams with torch.spyre.Stream() or torch.Stream(device='spyre'))");
-  return it->second;
+  ensureDevice(device_index());  // first: raises in a forked child or for another device
+  const c10::StreamId stream_id = id();
+  if (C10_LIKELY(stream_id >= 0 && stream_id < kMaxStreamIds)) {
+    if (flex::RuntimeStream* cached = tls_handle_cache[static_cast<size_t>(stream_id)]) {
+      return cached;
+    }
+  }
+  return lookUpAndCache(stream_id, device_index());
 }
 
 bool SpyreStream::query() const {
@@ -243,18 +335,40 @@ SpyreStream getStreamFromPool(int priority, c10::DeviceIndex device) {
   StreamPool& pool = streamPool();
   const bool high_priority = priority < 0;
   c10::StreamId id = 0;
-  bool mapped = false;
   {
     PoolLock<std::unique_lock> lock(pool);
     auto& ids = high_priority ? pool.high_priority_streams : pool.low_priority_streams;
     auto& next = high_priority ? pool.next_high_priority_idx : pool.next_low_priority_idx;
     id = ids[next];
     next = (next + 1) % ids.size();
-    mapped = pool.stream_handle_map.count(id) != 0;
   }
-  if (!mapped) {
-    createRuntimeStream(id, high_priority);
+  // On an id miss, creates the flex stream and inserts it (once per id); once
+  // it exists, only the once-flag's acquire load: the map is not searched.
+  createRuntimeStream(id, high_priority);
+  return SpyreStream(makeStream(device, id));
+}
+
+SpyreStream getHostComputeStream(c10::DeviceIndex device) {
+  device = ensureDevice(device);
+  StreamPool& pool = streamPool();
+  c10::StreamId id = 0;
+  {
+    PoolLock<std::unique_lock> lock(pool);
+    id = pool.host_compute_streams[pool.next_host_compute_idx];
+    pool.next_host_compute_idx = (pool.next_host_compute_idx + 1) % pool.host_compute_streams.size();
   }
+  return SpyreStream(makeStream(device, id));
+}
+
+SpyreStream getHostComputeStreamById(c10::StreamId id, c10::DeviceIndex device) {
+  device = ensureDevice(device);
+  // The ids are fixed when the pool is initialized (at runtime start): no lock.
+  const int count = hostComputeStreamCount();
+  TORCH_CHECK(id >= kFirstHostComputeStreamId && id < kFirstHostComputeStreamId + count,
+              "host_compute_stream_by_id: stream id ", id,
+              " is not a host-compute stream id (expected an id from ", kFirstHostComputeStreamId,
+              " to ", kFirstHostComputeStreamId + count - 1, ": ", count,
+              " host-compute streams, TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS)");
   return SpyreStream(makeStream(device, id));
 }
 
@@ -276,7 +390,7 @@ SpyreStream setCurrentStream(SpyreStream stream) {
 void synchronizeDevice(c10::DeviceIndex device) {
   ensureDevice(device);
   StreamPool& pool = streamPool();
-  std::array<flex::RuntimeStream*, kNumPoolStreamIds> handles{};
+  std::array<flex::RuntimeStream*, kMaxStreamIds> handles{};  // pool and host-compute ids
   size_t count = 0;
   {
     PoolLock<std::shared_lock> lock(pool);
@@ -306,7 +420,7 @@ void synchronizeDevice(c10::DeviceIndex device) {
 bool drainDevice(c10::DeviceIndex device, std::string& consumed) {
   ensureDevice(device);
   StreamPool& pool = streamPool();
-  std::array<flex::RuntimeStream*, kNumPoolStreamIds> handles{};
+  std::array<flex::RuntimeStream*, kMaxStreamIds> handles{};  // pool and host-compute ids
   size_t count = 0;
   {
     PoolLock<std::shared_lock> lock(pool);

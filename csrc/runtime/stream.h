@@ -14,12 +14,17 @@
 // out round robin per pool, so the 33rd request of a pool returns the first id
 // again: the two share one flex stream and their work serializes. Prefer many
 // short-lived streams to holding on to one; the hand-out is cheap.
+// 65..65+N-1 are the host-compute streams (upstream's, after the note): N from
+// TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS (default 4, 1..8), flex NORMAL, all
+// created and mapped when the pool is initialized, handed out round robin by
+// getHostComputeStream().
 //
 // Locking. StreamPool::mutex is a std::shared_mutex:
 //   shared_lock  resolveRuntimeHandle(), getDefaultStreamRuntimeHandle(),
 //                synchronizeDevice() (snapshot the handles, release, then sync)
 //   unique_lock  initializeStreamPoolImpl(), getStreamFromPool() (it always
-//                advances the round-robin index; it inserts a handle on an id miss)
+//                advances the round-robin index; it inserts a handle on an id miss),
+//                getHostComputeStream() (its round-robin index, as upstream)
 // The lock guards the map only, never submission of work: concurrent launches
 // onto the same flex stream are serialized by the runtime (the stub is thread
 // safe), not by this lock. No call that can block runs under the write lock: a
@@ -29,6 +34,12 @@
 //
 // Invariants. The map is append-only; an id, once mapped, always maps to the
 // same flex::RuntimeStream*; the pool never deletes a flex stream.
+//
+// Handle cache. resolveRuntimeHandle() keeps a per-thread read-through cache
+// of handles by id in front of its shared_lock lookup: a thread takes the lock
+// only the first time it resolves an id. The invariants above make a cached
+// handle always equal to what the lookup would return; unknown ids are never
+// cached (they raise every time).
 //
 // Current stream. Per thread (thread_local), starting at the default stream.
 #pragma once
@@ -41,6 +52,7 @@
 #include <vector>
 
 #include <c10/core/Stream.h>
+#include <c10/macros/Macros.h>
 #include <flex/flex.hpp>
 
 namespace spyre {
@@ -52,6 +64,11 @@ constexpr c10::StreamId kDefaultStreamId = 0;
 constexpr c10::StreamId kFirstLowPriorityStreamId = 1;
 constexpr c10::StreamId kFirstHighPriorityStreamId = kFirstLowPriorityStreamId + kStreamsPerPool;
 constexpr c10::StreamId kNumPoolStreamIds = kFirstHighPriorityStreamId + kStreamsPerPool;
+constexpr c10::StreamId kFirstHostComputeStreamId = kNumPoolStreamIds;
+constexpr int kDefaultHostComputeStreams = 4;
+constexpr int kMaxHostComputeStreams = 8;
+// Every id that can have a flex handle is below this: 0..72.
+constexpr c10::StreamId kMaxStreamIds = kFirstHostComputeStreamId + kMaxHostComputeStreams;
 // Priorities as reported by SpyreStream::priority() (CUDA's convention).
 constexpr int kLowPriority = 0;
 constexpr int kHighPriority = -1;
@@ -60,8 +77,13 @@ constexpr double kMaxDelayMilliseconds = 9.2e12;
 
 class SpyreStream {
  public:
-  // Checked: `stream` must be a PrivateUse1 (spyre) stream.
-  explicit SpyreStream(c10::Stream stream);
+  // Checked: `stream` must be a PrivateUse1 (spyre) stream. Inline: every
+  // stream operation constructs one.
+  explicit SpyreStream(c10::Stream stream) : stream_(stream) {
+    if (C10_UNLIKELY(stream.device_type() != c10::DeviceType::PrivateUse1)) {
+      throwNotSpyreStream(stream);
+    }
+  }
 
   c10::Stream unwrap() const { return stream_; }
   operator c10::Stream() const { return stream_; }
@@ -72,7 +94,8 @@ class SpyreStream {
   // high-priority pool: derived from the id, not stored.
   int priority() const;
 
-  // The flex stream behind this id (shared_lock lookup, every call). Raises
+  // The flex stream behind this id: a shared_lock lookup the first time the
+  // calling thread resolves the id, then the thread's cached copy. Raises
   // "no flex handle for stream id N" for an id the pool never mapped.
   flex::RuntimeStream* resolveRuntimeHandle() const;
 
@@ -99,6 +122,8 @@ class SpyreStream {
   void launchFill(void* device, size_t nbytes, double value, flex::DataFormats format) const;
   void launchDelay(double milliseconds) const;
 
+  [[noreturn]] static void throwNotSpyreStream(c10::Stream stream);
+
   bool operator==(const SpyreStream& other) const { return stream_ == other.stream_; }
   bool operator!=(const SpyreStream& other) const { return !(*this == other); }
 
@@ -114,6 +139,13 @@ std::ostream& operator<<(std::ostream& os, const SpyreStream& stream);
 SpyreStream getStreamFromPool(int priority = 0, c10::DeviceIndex device = -1);
 // The default stream (id 0).
 SpyreStream getDefaultStream(c10::DeviceIndex device = -1);
+// The next host-compute stream (ids 65..65+N-1, round robin).
+SpyreStream getHostComputeStream(c10::DeviceIndex device = -1);
+// The host-compute stream `id`; raises unless 65 <= id < 65+N.
+SpyreStream getHostComputeStreamById(c10::StreamId id, c10::DeviceIndex device = -1);
+// N: TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS (default 4; raises naming the value
+// unless it is an integer from 1 to 8). Read once per process.
+int hostComputeStreamCount();
 // The calling thread's current stream (the default stream until set).
 SpyreStream getCurrentStream(c10::DeviceIndex device = -1);
 // Make `stream` the calling thread's current stream; returns the previous one.
@@ -130,7 +162,8 @@ bool drainDevice(c10::DeviceIndex device, std::string& consumed);
 // The default stream's flex handle (for code that talks to flex directly).
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1);
 
-// Called once by startRuntime(): maps id 0 and fills the id lists.
+// Called once by startRuntime(): maps id 0 and the host-compute streams and
+// fills the id lists.
 void initializeStreamPool(c10::DeviceIndex device);
 // Number of ids with a flex handle (for tests).
 size_t mappedStreamCount();

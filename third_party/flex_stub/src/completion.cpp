@@ -2,6 +2,7 @@
 #include "completion.hpp"
 
 #include "context_impl.hpp"
+#include "spin_wait.hpp"
 #include "stream_impl.hpp"
 
 namespace flex::detail {
@@ -27,7 +28,8 @@ void Completion::complete(int64_t timestamp_ns) {
 }
 
 void Completion::hostWait() const {
-  if (isComplete()) return;
+  // Spin briefly first (spin_wait.hpp), then sleep.
+  if (spinUntil([this] { return isComplete(); }, kHostSpinBudget)) return;
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return done_.load(std::memory_order_relaxed); });
 }

@@ -13,6 +13,7 @@
 
 #include "context_impl.hpp"
 #include "operations.hpp"
+#include "spin_wait.hpp"
 #include "stream_impl.hpp"
 #include "trace.hpp"
 
@@ -74,9 +75,10 @@ void Scheduler::makeReady(RuntimeStream::Impl* stream) {
     // Claim the engine now so a second makeReady() wakes a different one.
     Engine* engine = idle_.back();
     idle_.pop_back();
-    engine->woken = true;
+    engine->woken.store(true, std::memory_order_release);
+    const bool sleeping = !engine->lingering;  // a lingering engine sees the flag itself
     lock.unlock();
-    engine->wake_cv.notify_one();
+    if (sleeping) engine->wake_cv.notify_one();
     return;
   }
   if (engines_.size() < config_.max_engines) startEngineLocked();
@@ -101,23 +103,40 @@ void Scheduler::resume(RuntimeStream::Impl* stream, uint64_t token) {
   makeReady(stream);
 }
 
+void Scheduler::linger(Engine* self, std::unique_lock<std::mutex>& lock) {
+  self->lingering = true;
+  lock.unlock();
+  spinUntil(
+      [&] {
+        return self->woken.load(std::memory_order_acquire) ||
+               stopping_.load(std::memory_order_relaxed);
+      },
+      kEngineLingerBudget);
+  lock.lock();
+  self->lingering = false;  // from here a claimer notifies
+}
+
 void Scheduler::engineMain(Engine* self) {
   std::unique_lock<std::mutex> lock(mutex_);
   RuntimeStream::Impl* requeue = nullptr;
+  bool ran_work = false;
   for (;;) {
     if (requeue) pushReadyLocked(std::exchange(requeue, nullptr));
     if (stopping_.load(std::memory_order_relaxed)) return;
     RuntimeStream::Impl* stream = popReadyLocked();
     if (!stream) {
       idle_.push_back(self);
+      if (std::exchange(ran_work, false)) linger(self, lock);
       self->wake_cv.wait(lock, [&] {
-        return self->woken || stopping_.load(std::memory_order_relaxed);
+        return self->woken.load(std::memory_order_relaxed) ||
+               stopping_.load(std::memory_order_relaxed);
       });
-      self->woken = false;
+      self->woken.store(false, std::memory_order_relaxed);
       continue;
     }
     lock.unlock();
     if (runStream(stream)) requeue = stream;
+    ran_work = true;
     lock.lock();
   }
 }
@@ -221,6 +240,10 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
 }
 
 void Scheduler::sleepUntil(Clock::time_point deadline) {
+  // A deadline already reached (a zero delay, DMA that ran slower than its
+  // rate) returns at once: a timed wait that has expired still costs the
+  // kernel's timer slack, tens of microseconds.
+  if (Clock::now() >= deadline) return;
   std::unique_lock<std::mutex> lock(sleep_mutex_);
   sleep_cv_.wait_until(lock, deadline,
                        [this] { return stopping_.load(std::memory_order_relaxed); });

@@ -52,10 +52,17 @@ class Scheduler {
   struct Engine {
     std::thread thread;
     std::condition_variable wake_cv;
-    bool woken = false;  // guarded by mutex_
+    // Set under mutex_ by the claimer; read lock-free while the engine lingers.
+    std::atomic<bool> woken{false};
+    bool lingering = false;  // guarded by mutex_: the claimer need not notify
   };
 
   void engineMain(Engine* self);
+  // An idle engine that has just run work polls for a claim for up to
+  // kEngineLingerBudget (spin_wait.hpp) before it sleeps, so a launch right
+  // after the previous op's completion is picked up without a cross-core
+  // wake. Called with mutex_ held and `self` in idle_; returns with it held.
+  void linger(Engine* self, std::unique_lock<std::mutex>& lock);
   // Runs operations of `stream` until it empties, parks, fails, or has to yield
   // to another ready stream. Returns true when it must be requeued.
   bool runStream(RuntimeStream::Impl* stream);

@@ -10,6 +10,7 @@
 #include "clock.hpp"
 #include "context_impl.hpp"
 #include "lifecycle.hpp"
+#include "spin_wait.hpp"
 #include "stream_impl.hpp"
 #include "trace.hpp"
 
@@ -122,7 +123,12 @@ bool RuntimeStream::query() {
 void RuntimeStream::synchronize() {
   detail::checkNotForkedChild();
   const uint64_t target = impl_->launched.load(std::memory_order_acquire);
-  if (impl_->completed.load(std::memory_order_acquire) < target) impl_->waitForCompleted(target);
+  // Spin briefly first (spin_wait.hpp): a short op completes within it.
+  const auto reached = [&] {
+    return impl_->completed.load(std::memory_order_acquire) >= target ||
+           detail::g_shut_down.load(std::memory_order_relaxed);
+  };
+  if (!detail::spinUntil(reached, detail::kHostSpinBudget)) impl_->waitForCompleted(target);
   if (impl_->error_unreported.load(std::memory_order_acquire)) impl_->throwPendingError();
 }
 

@@ -166,8 +166,9 @@ class RuntimeEvent {
   void wait(RuntimeStream* stream);
   // True when the last record has completed (or the event was never recorded).
   bool query() const;
-  // Block the host until the last record completes. A `blocking` event sleeps
-  // on a condition variable; a non-blocking one also sleeps (never spins).
+  // Block the host until the last record completes: a bounded spin (at most
+  // 50 us), then a sleep on a condition variable, for `blocking` events and
+  // others alike.
   void synchronize() const;
   // Milliseconds of emulated device time between this event's record and
   // `end`'s. Both must be timing-enabled, recorded and complete.
@@ -202,9 +203,9 @@ class RuntimeStream {
   // True iff every launched operation has finished (none queued or running).
   // Throws the stream's pending failure once.
   bool query();
-  // Block until everything launched before the call has finished. Returns at
-  // once, enqueuing nothing, when the stream is idle. Throws the stream's
-  // pending failure once.
+  // Block until everything launched before the call has finished: a bounded
+  // spin (at most 50 us), then a sleep. Returns at once, enqueuing nothing,
+  // when the stream is idle. Throws the stream's pending failure once.
   void synchronize();
   // Sticky: the stream has failed and cannot take more work.
   bool needsShutdown() const;

@@ -1,0 +1,73 @@
+"""Issue 16: waits that fit the device. Host waits and idle engines spin
+briefly, then park (docs/flex_stub.md, "Waits"): an idle process with a
+started runtime uses no CPU, and waits on long work still sleep."""
+
+import threading
+import time
+
+import torch
+import torch_spyre
+from torch_spyre.testing import Gate
+
+from conftest import run_python
+
+# utime + stime of every thread of the process, in clock ticks (/proc/self/stat
+# fields 14 and 15; the command name before them may contain spaces).
+TICKS = """
+def ticks():
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+"""
+
+
+def test_an_idle_process_with_a_started_runtime_uses_no_cpu():
+    proc = run_python(
+        TICKS
+        + """
+import os, time, torch
+x = torch.randn(1 << 20, device="spyre")           # engines and DMA workers started
+streams = [torch.spyre.Stream() for _ in range(4)] + [torch.spyre.host_compute_stream()]
+for s in streams:
+    for _ in range(20):                              # round trips: engines linger, hosts spin
+        with s:
+            torch.spyre._sleep(0)
+            y = x * 2
+        s.synchronize()
+e = torch.spyre.Event()
+e.record(); e.synchronize()
+assert y.sum().item() == (x * 2).sum().item()
+time.sleep(0.2)                                      # every linger and spin is over by now
+t0, c0 = ticks(), time.process_time()
+time.sleep(1.0)
+print(ticks() - t0, time.process_time() - c0, os.sysconf("SC_CLK_TCK"))
+"""
+    )
+    ticks, cpu_seconds, hz = proc.stdout.split()
+    # A spinning thread would read ~100 ticks (1 s). At most one tick for the
+    # main thread's own wake-up landing on a tick boundary.
+    assert int(ticks) <= 1, proc.stdout
+    assert float(cpu_seconds) < 0.005, proc.stdout  # under 0.5 % of one core
+    assert int(hz) > 0
+
+
+def test_a_host_waiting_on_gated_work_parks():
+    s = torch.spyre.Stream()
+    gate = Gate()
+    gate.block(s)
+    with s:
+        torch.spyre._sleep(0)
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (s.synchronize(), done.set()))
+    waiter.start()
+    while torch_spyre._C._threads_in_host_waits() < 1:
+        time.sleep(0.001)
+    time.sleep(0.02)  # past the spin: parked from here on
+    before = time.process_time()
+    time.sleep(0.3)
+    used = time.process_time() - before
+    assert not done.is_set()
+    gate.release()
+    waiter.join(timeout=30)
+    assert done.is_set() and s.query()
+    assert used < 0.03, used  # a spinning waiter would use ~0.3 s
