@@ -343,3 +343,17 @@ def test_record_function_and_schedule_with_tensorboard_handler(tmp_path):
         around = {e["name"] for e in spans if (e["pid"], e["tid"]) == (delay["pid"], delay["tid"])
                   and e["ts"] <= delay["ts"] and delay["ts"] + delay["dur"] <= e["ts"] + e["dur"] + 0.01}
         assert step in around
+
+
+def test_host_compute_and_default_streams_have_named_lanes(tmp_path):
+    hc = torch.spyre.host_compute_stream()
+    torch.spyre.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        with hc:
+            torch.spyre._sleep(1)
+        with torch.spyre.default_stream():
+            torch.spyre._sleep(1)
+        torch.spyre.synchronize()
+    lanes = lane_names(load_trace(prof, tmp_path))
+    assert lanes[hc.stream_id] == f"spyre:0 stream {hc.stream_id} (host compute)"
+    assert lanes[0] == "spyre:0 stream 0 (default)"
