@@ -59,11 +59,13 @@ class BuildWithFlexStub(BuildExtension):
 
 
 # torch_spyre._C: product code only, one folder per layer (docs/development.md).
-LAYERS = ("runtime", "device", "aten", "python")
+LAYERS = ("runtime", "device", "aten", "profiler", "python")
 native = CppExtension(
     name="torch_spyre._C",
     sources=sorted(src for layer in LAYERS for src in glob.glob(f"csrc/{layer}/*.cpp")),
-    include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, STUB_DIR, "include")],
+    include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, STUB_DIR, "include"),
+                  # Kineto's headers, for the profiler plugin (csrc/profiler/activity_profiler.cpp).
+                  os.path.join(os.path.dirname(torch.__file__), "include", "kineto")],
     libraries=["flex_stub"],
     extra_compile_args=["-O2", "-g0", "-Wno-interference-size"],
     # Passed without a shell, so $ORIGIN reaches the linker verbatim.

@@ -21,6 +21,7 @@ import torch
 import compiled
 import compute
 import native
+import profiling
 import python_api
 import round_trip
 
@@ -111,6 +112,7 @@ def main(argv=None):
         + round_trip.rows(args.quick, repeats, selected)
         + compute.rows(args.quick, repeats, selected)
         + compiled.rows(args.quick, repeats, selected)
+        + profiling.rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]
     print_table(rows, args.markdown)

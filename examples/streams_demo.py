@@ -4,9 +4,11 @@ The same work runs twice on the emulated device. First everything goes on one
 stream. Then three streams share it: copy-in, compute and copy-out, with
 events between them. Chunk i's compute then overlaps chunk i+1's copy-in and
 chunk i-1's copy-out. The script checks that both runs give identical
-results and prints the speed-up from the overlap. It also writes a Chrome
-trace (chrome://tracing, ui.perfetto.dev) and a PNG timeline, one lane per
-stream.
+results and prints the speed-up from the overlap. Both runs are recorded
+with torch.profiler (ProfilerActivity.PrivateUse1, docs/profiling.md): the
+exported Chrome trace (chrome://tracing, ui.perfetto.dev) has the host's ops,
+one device lane per stream and arrows from each launch to its device work;
+the PNG timeline is drawn from that trace's device events.
 
 Copies take emulated device time: they run at FLEX_STUB_DMA_GBPS, which the
 script sets before torch starts the runtime. Each chunk's kernel is ordinary
@@ -27,7 +29,8 @@ import time
 os.environ.setdefault("FLEX_STUB_DMA_GBPS", "0.25")  # 1 MiB takes ~4 ms
 
 import torch  # noqa: E402  (registers torch.spyre)
-from torch_spyre import testing  # noqa: E402  (the emulator's trace)
+from torch.autograd.profiler import record_function  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 SIZES = {  # chunks, float32 elements per chunk
     "full": (8, 1 << 18),
@@ -42,6 +45,8 @@ KIND_COLORS = {
 }
 # Operations that move data or compute; event records and waits are bookkeeping.
 WORK_KINDS = {"h2d", "d2h", "compute"}
+# The Chrome trace categories of device activities (docs/profiling.md).
+DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync"}
 KIND_LABELS = {
     "h2d": "copy host to device",
     "d2h": "copy device to host",
@@ -80,19 +85,16 @@ def pipeline(inputs, outputs, weight, copy_in, compute, copy_out):
     torch.spyre.synchronize()
 
 
-def timed_run(inputs, weight, streams, trace_path=None):
-    """Wall seconds and the stacked results; records a trace when given a path."""
+def timed_run(title, inputs, weight, streams):
+    """Wall seconds and the stacked results; inside a profile, a range named `title`."""
     outputs = [
         torch.empty(host_in.numel() // FEATURES, FEATURES, dtype=torch.bfloat16).pin_memory()
         for host_in in inputs
     ]
-    if trace_path:
-        testing.trace_start()
-    start = time.perf_counter()
-    pipeline(inputs, outputs, weight, *streams)
-    seconds = time.perf_counter() - start
-    if trace_path:
-        testing.trace_stop(trace_path)
+    with record_function(title):
+        start = time.perf_counter()
+        pipeline(inputs, outputs, weight, *streams)
+        seconds = time.perf_counter() - start
     return seconds, torch.stack(outputs)
 
 
@@ -103,37 +105,34 @@ def lane_name(kinds):
     return "copy-in" if "h2d" in kinds else "copy-out"
 
 
-def merge_traces(runs, path):
-    """One Chrome trace with a process per run; returns the ops per run and lane."""
-    events, lanes = [], {}
-    for pid, (title, run_path) in enumerate(runs, start=1):
-        with open(run_path) as f:
-            ops = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
-        os.remove(run_path)
+def device_lanes(trace_path, titles):
+    """The device work of each run (a record_function range) in the exported
+    profiler trace: {title: {lane: [(kind, start_us, dur_us), ...]}}."""
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    ranges = {e["name"]: e for e in events
+              if e.get("cat") == "user_annotation" and e["name"] in titles}
+    device = [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
+    lanes = {}
+    for title in titles:
+        window = ranges[title]
+        start, end = window["ts"], window["ts"] + window["dur"]
         by_stream = {}
-        for op in ops:
-            by_stream.setdefault(op["tid"], []).append(op)
+        for e in device:
+            if start <= e["ts"] <= end:
+                by_stream.setdefault(e["tid"], []).append(e)
         # Only the run's own streams: freeing a block records an event on every
         # stream that used it (the caching allocator), e.g. the previous run's.
         by_stream = {
-            tid: stream_ops
-            for tid, stream_ops in by_stream.items()
-            if any(op["cat"] in WORK_KINDS for op in stream_ops)
+            tid: ops for tid, ops in by_stream.items()
+            if any(op["args"]["kind"] in WORK_KINDS for op in ops)
         }
-        origin = min(op["ts"] for stream_ops in by_stream.values() for op in stream_ops)
-        events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": title}})
-        run_lanes = {}
-        for tid, stream_ops in sorted(by_stream.items()):
-            name = "stream" if len(by_stream) == 1 else lane_name({op["cat"] for op in stream_ops})
-            events.append(
-                {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
-            )
-            for op in stream_ops:
-                events.append({**op, "pid": pid, "ts": op["ts"] - origin})
-            run_lanes[name] = [(op["cat"], op["ts"] - origin, op["dur"]) for op in stream_ops]
-        lanes[title] = run_lanes
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+        origin = min(op["ts"] for ops in by_stream.values() for op in ops)
+        run = {}
+        for tid, ops in sorted(by_stream.items()):
+            name = "stream" if len(by_stream) == 1 else lane_name({op["args"]["kind"] for op in ops})
+            run[name] = [(op["args"]["kind"], op["ts"] - origin, op["dur"]) for op in ops]
+        lanes[title] = run
     return lanes
 
 
@@ -190,19 +189,18 @@ def main(argv=None):
     three = [torch.spyre.Stream() for _ in range(3)]  # distinct from `one` and each other
     runs = {"1 stream": (one, one, one), "3 streams + events": tuple(three)}
 
-    timed_run(inputs[:1], weight, runs["3 streams + events"])  # starts the engines, warms the kernels
-    walls, results, traces = {}, {}, []
-    for title, streams in runs.items():
-        run_trace = os.path.join(args.out, f"run{len(traces)}.json")
-        walls[title], results[title] = timed_run(inputs, weight, streams, run_trace)
-        traces.append((title, run_trace))
-
+    timed_run("warm-up", inputs[:1], weight, runs["3 streams + events"])  # engines, kernels
+    walls, results = {}, {}
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        for title, streams in runs.items():
+            walls[title], results[title] = timed_run(title, inputs, weight, streams)
     single, overlapped = results.values()
     expected = torch.stack([chunk_kernel(x, weight_cpu) for x in inputs])  # the same model on CPU
     identical = torch.equal(single, overlapped) and torch.equal(single, expected)
     trace_path = os.path.join(args.out, "streams_demo_trace.json")
     png_path = os.path.join(args.out, "streams_demo.png")
-    plot_timeline(merge_traces(traces, trace_path), walls, png_path)
+    prof.export_chrome_trace(trace_path)
+    plot_timeline(device_lanes(trace_path, list(runs)), walls, png_path)
 
     megabytes = elements * 4 / 2**20
     print(f"{chunks} chunks of {megabytes:g} MiB, DMA {os.environ['FLEX_STUB_DMA_GBPS']} GB/s, "

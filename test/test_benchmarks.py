@@ -40,6 +40,8 @@ ROWS = {
     "compile.mlp_forward",
     "compile.transformer_block",
     "compile.first_compile",
+    "profiler.launch_add_1k",
+    "profiler.launch_vs_cpu_profile",
 }
 
 

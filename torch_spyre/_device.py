@@ -1,5 +1,8 @@
 """Device functions of torch.spyre: availability, the current device, lazy init."""
 
+import sys
+import warnings
+
 import torch
 
 from . import _C
@@ -109,7 +112,38 @@ def synchronize(device=None) -> None:
         else:
             torch.accelerator.synchronize(device)
         return
+    if _called_by_profiler_exit():
+        _drain_for_profiler(_device_index(device))
+        return
     _C._synchronize(_device_index(device))
+
+
+def _called_by_profiler_exit() -> bool:
+    # torch's profiler synchronizes the device in __exit__ *before* it stops;
+    # a fault raised there would leave the profiler enabled and the trace unwritten.
+    try:
+        caller = sys._getframe(2).f_code
+    except ValueError:  # called from C with no Python caller
+        return False
+    return caller is torch.autograd.profiler.profile.__exit__.__code__
+
+
+def _drain_for_profiler(device_index) -> None:
+    """Wait for the device without raising, so the profile completes; a fault is
+    reported by a warning, and one not seen yet stays pending for the program's
+    next synchronize (docs/profiling.md, "Faults")."""
+    failed, consumed = _C._drain(device_index)
+    if consumed:
+        message = f"spyre: a stream failed while the profiler stopped: {consumed}"
+    elif failed:
+        message = (
+            "spyre: a stream is in the error state at the end of the profile (it failed during "
+            "or before it); the profile is complete, and a failure not reported yet is raised "
+            "by the next synchronize() or query() of its stream"
+        )
+    else:
+        return
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def get_amp_supported_dtype():

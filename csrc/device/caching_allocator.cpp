@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 
+#include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
 #include "runtime/host_wait.h"
@@ -112,7 +113,11 @@ DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex devi
       throwOutOfMemory(lock, device, nbytes, segment_bytes, runtime_message.c_str());
     }
   }
-  return splitAndActivateLocked(block, size, nbytes);
+  block = splitAndActivateLocked(block, size, nbytes);
+  const ProfilerReport report = profilerReportLocked(block, static_cast<int64_t>(block->size));
+  lock.unlock();
+  reportToProfiler(report);
+  return block;
 }
 
 DeviceBlock* DeviceCachingAllocator::takeFreeBlockLocked(Pool& pool, c10::StreamId stream,
@@ -180,12 +185,32 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
 }
 
 void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   block->allocated = false;
   change(stats_.allocation, block->small, -1);
   change(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+  // Before the block can merge away: the report names it.
+  const ProfilerReport report = profilerReportLocked(block, -static_cast<int64_t>(block->size));
   insertEventsLocked(block);
   if (block->event_count == 0) freeBlockLocked(block);
+  lock.unlock();
+  reportToProfiler(report);
+}
+
+DeviceCachingAllocator::ProfilerReport DeviceCachingAllocator::profilerReportLocked(
+    const DeviceBlock* block, int64_t delta) const {
+  const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+  return {block->ptr, delta, static_cast<size_t>(stats_.allocated_bytes[aggregate].current),
+          static_cast<size_t>(stats_.reserved_bytes[aggregate].current), block->device};
+}
+
+void DeviceCachingAllocator::reportToProfiler(const ProfilerReport& report) noexcept {
+  try {
+    c10::reportMemoryUsageToProfiler(report.ptr, report.delta, report.allocated, report.reserved,
+                                     c10::Device(c10::DeviceType::PrivateUse1, report.device));
+  } catch (...) {
+    // Profiling must not turn a free into a failure.
+  }
 }
 
 void DeviceCachingAllocator::recordStream(DeviceBlock* block, c10::StreamId stream) {

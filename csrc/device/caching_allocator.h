@@ -93,6 +93,19 @@ class DeviceCachingAllocator {
     DeviceBlock* block;
   };
 
+  // An allocation (delta > 0) or free as torch's profiler records it
+  // (profile_memory=True): block sizes, like CUDA's allocator reports them.
+  // Taken under the lock, reported after it (no profiler code under our lock).
+  struct ProfilerReport {
+    void* ptr;
+    int64_t delta;
+    size_t allocated;  // allocated bytes after the change
+    size_t reserved;
+    c10::DeviceIndex device;
+  };
+  ProfilerReport profilerReportLocked(const DeviceBlock* block, int64_t delta) const;
+  static void reportToProfiler(const ProfilerReport& report) noexcept;
+
   flex::RuntimeStream* handleLocked(c10::StreamId stream, c10::DeviceIndex device);
   DeviceBlock* takeFreeBlockLocked(Pool& pool, c10::StreamId stream, size_t size);
   // A new segment, or nullptr with `runtime_message` set when the runtime is out of memory.

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <flex/flex.hpp>
 
@@ -19,6 +20,8 @@ flex::RuntimeEvent* asEvent(void* event) {
 
 void recordEvent(void** event, const c10::Stream& stream, c10::DeviceIndex device_index,
                  c10::EventFlag flag) {
+  // A CPU op for the profiler: the device's record links to it.
+  RECORD_FUNCTION("spyre::record_event", c10::ArrayRef<const c10::IValue>{});
   TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
               "Event device index ", static_cast<int>(device_index),
               " does not match recording stream's device index ",
@@ -40,6 +43,7 @@ void recordEvent(void** event, const c10::Stream& stream, c10::DeviceIndex devic
 
 void blockStreamOnEvent(void* event, const c10::Stream& stream) {
   if (event != nullptr) {
+    RECORD_FUNCTION("spyre::wait_event", c10::ArrayRef<const c10::IValue>{});
     asEvent(event)->wait(SpyreStream(stream).resolveRuntimeHandle());
   }
 }

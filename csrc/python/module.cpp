@@ -180,7 +180,15 @@ void bindStreams(py::module_& m) {
   });
   m.def("_synchronize", [](int64_t device) { synchronizeDevice(deviceArg(device)); });
   bindHostComputeStreams(m);
-  m.def("_sleep", [](double milliseconds) { getCurrentStream(-1).launchDelay(milliseconds); });
+  m.def("_drain", [](int64_t device) {
+    std::string consumed;
+    const bool failed = drainDevice(deviceArg(device), consumed);
+    return py::make_tuple(failed, consumed);
+  });
+  m.def("_sleep", [](double milliseconds) {
+    RECORD_FUNCTION("spyre::_sleep", c10::ArrayRef<const c10::IValue>{});  // the profiler's CPU op
+    getCurrentStream(-1).launchDelay(milliseconds);
+  });
   m.def("_mapped_stream_count", &mappedStreamCount);
 }
 

@@ -228,6 +228,15 @@ size_t mappedStreamCount() {
   return pool.stream_handle_map.size();
 }
 
+std::vector<std::pair<c10::StreamId, uint64_t>> mappedRuntimeStreamIds() {
+  checkNotInBadFork();
+  StreamPool& pool = streamPool();
+  std::vector<std::pair<c10::StreamId, uint64_t>> ids;
+  PoolLock<std::shared_lock> lock(pool);
+  for (const auto& [id, handle] : pool.stream_handle_map) ids.emplace_back(id, handle->streamId());
+  return ids;
+}
+
 void SpyreStream::throwNotSpyreStream(c10::Stream stream) {
   TORCH_CHECK(false, "SpyreStream requires a spyre (PrivateUse1) stream, got a stream of device type ",
               stream.device_type());
@@ -406,6 +415,33 @@ void synchronizeDevice(c10::DeviceIndex device) {
       std::rethrow_exception(first_error);
     }
   });
+}
+
+bool drainDevice(c10::DeviceIndex device, std::string& consumed) {
+  ensureDevice(device);
+  StreamPool& pool = streamPool();
+  std::array<flex::RuntimeStream*, kMaxStreamIds> handles{};  // pool and host-compute ids
+  size_t count = 0;
+  {
+    PoolLock<std::shared_lock> lock(pool);
+    for (const auto& entry : pool.stream_handle_map) {
+      handles[count++] = entry.second;
+    }
+  }
+  // Launches nothing: a profile still recording would show the drain's work.
+  waitForDevice([&] {
+    for (size_t i = 0; i < count; ++i) {
+      if (handles[i]->needsShutdown()) continue;  // its queue was dropped when it failed
+      try {
+        handles[i]->synchronize();
+      } catch (const flex::Error& e) {
+        if (consumed.empty()) consumed = e.what();
+      }
+    }
+  });
+  bool failed = false;
+  for (size_t i = 0; i < count; ++i) failed = failed || handles[i]->needsShutdown();
+  return failed;
 }
 
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device) {

@@ -47,6 +47,9 @@
 #include <cstddef>
 #include <functional>
 #include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <c10/core/Stream.h>
 #include <c10/macros/Macros.h>
@@ -150,6 +153,12 @@ SpyreStream getCurrentStream(c10::DeviceIndex device = -1);
 SpyreStream setCurrentStream(SpyreStream stream);
 // Block until every stream of the device has finished its work.
 void synchronizeDevice(c10::DeviceIndex device = -1);
+// Block until every stream of the device is idle without raising: what a
+// profiler stopping needs. A stream that failed earlier runs nothing more and
+// is skipped, its failure left for the next synchronize()/query(). A stream
+// that fails during the drain reports its failure here: the first such
+// message goes to `consumed`. Returns true if a stream of the device has failed.
+bool drainDevice(c10::DeviceIndex device, std::string& consumed);
 // The default stream's flex handle (for code that talks to flex directly).
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1);
 
@@ -158,6 +167,9 @@ flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1)
 void initializeStreamPool(c10::DeviceIndex device);
 // Number of ids with a flex handle (for tests).
 size_t mappedStreamCount();
+// Every mapped id with the id of its flex stream (flex::RuntimeStream::streamId()):
+// the profiler sees flex ids and names its lanes after pool ids.
+std::vector<std::pair<c10::StreamId, uint64_t>> mappedRuntimeStreamIds();
 
 #ifdef SPYRE_LOCK_AUDIT
 namespace detail {

@@ -51,7 +51,7 @@ void shutdownRuntime() {
     std::lock_guard<std::mutex> lock(impl.streams_mutex);
     for (auto& stream : impl.streams) stream->impl()->abandon();
   }
-  if (!impl.trace_path.empty() && trace::enabled()) {
+  if (!impl.trace_path.empty() && trace::chromeTraceEnabled()) {
     try {
       trace::stopAndWrite(impl.trace_path, impl.card);
     } catch (const std::exception& e) {

@@ -51,6 +51,17 @@ struct DevSpan {
   }
 };
 
+// Who launched an operation: filled in at enqueue, only while activity
+// recording is on (flex/activity.hpp); all zero otherwise.
+struct LaunchInfo {
+  uint64_t id = 0;           // activity::Record::launch_id
+  uint64_t correlation = 0;  // the launching thread's innermost correlation id
+  uint64_t user_correlation = 0;  // and its innermost user range
+  uint64_t thread = 0;       // OS thread id
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+
 struct Op {
   OpKind kind = OpKind::Compute;
   uint64_t bytes = 0;          // bytes moved or filled: DMA time, trace
@@ -62,6 +73,7 @@ struct Op {
   std::function<void()> fn;    // compute, host callback, DMA completion callback
   std::shared_ptr<Completion> sync;  // record, wait, gate
   std::string name;            // trace label; only copied while tracing
+  LaunchInfo launch;
 };
 
 }  // namespace flex::detail

@@ -162,7 +162,7 @@ bool Scheduler::runOp(RuntimeStream::Impl* stream, Op op, std::string& error) {
   const bool tracing = trace::enabled();
   const int64_t start = tracing ? nowNs() : 0;
   const bool ok = executeOp(op, *this, error);
-  if (tracing) trace::record(*stream, op, start, nowNs());
+  if (tracing) trace::record(*stream, op, start, nowNs(), /*failed=*/!ok);
   return ok;
 }
 
@@ -195,7 +195,12 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
     }
     std::string message;
     if ((stream->fault_pending || config_.fault_after >= 0) && takeFault(stream, message)) {
-      stream->failLocked(lock, std::move(message), stream->queue.pop_front());
+      Op faulted = stream->queue.pop_front();
+      if (trace::enabled()) {
+        const int64_t now = nowNs();
+        trace::record(*stream, faulted, now, now, /*failed=*/true);
+      }
+      stream->failLocked(lock, std::move(message), std::move(faulted));
       return false;
     }
     Op& front = stream->queue.front();
@@ -209,7 +214,10 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
         return false;
       }
       const Op wait = stream->queue.pop_front();
-      if (trace::enabled()) trace::record(*stream, wait, nowNs(), nowNs());
+      if (trace::enabled()) {
+        const int64_t now = nowNs();  // one reading: argument order is unspecified
+        trace::record(*stream, wait, now, now);
+      }
       woke_waiter = stream->completeLocked(1);
     } else {
       stream->state = State::Running;

@@ -12,6 +12,7 @@
 #include "lifecycle.hpp"
 #include "spin_wait.hpp"
 #include "stream_impl.hpp"
+#include "trace.hpp"
 
 namespace flex {
 
@@ -23,12 +24,14 @@ RuntimeStream::Impl::Impl(RuntimeContext::Impl* context_impl, uint64_t stream_id
     : context(context_impl), id(stream_id), priority(stream_priority) {}
 
 void RuntimeStream::Impl::enqueue(Op&& op) {
+  const int64_t launch_start_ns = detail::trace::enabled() ? detail::nowNs() : 0;
   detail::checkNotForkedChild();
   std::unique_lock<std::mutex> lock(mutex);
   if (detail::g_shut_down.load(std::memory_order_relaxed)) detail::throwShutDown();
   if (failed.load(std::memory_order_relaxed)) {
     throw Error("Cannot schedule operation on stream in error state: " + error_message);
   }
+  if (launch_start_ns != 0) detail::trace::stampLaunch(op, launch_start_ns);
   queue.push_back(std::move(op));
   launched.store(launched.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   if (state != State::Idle) return;  // an engine or the ready queue already has it

@@ -14,7 +14,7 @@
 
 namespace flex::detail::trace {
 
-std::atomic<bool> g_enabled{false};
+std::atomic<unsigned> g_consumers{0};
 
 namespace {
 
@@ -64,13 +64,16 @@ void start() {
   std::lock_guard<std::mutex> lock(r.mutex);
   r.entries.clear();
   r.origin_ns = nowNs();
-  g_enabled.store(true, std::memory_order_relaxed);
+  g_consumers.fetch_or(kChromeTrace, std::memory_order_relaxed);
 }
 
-void record(const RuntimeStream::Impl& stream, const Op& op, int64_t start_ns, int64_t end_ns) {
+void record(const RuntimeStream::Impl& stream, const Op& op, int64_t start_ns, int64_t end_ns,
+            bool failed) {
+  if (activityEnabled()) recordActivity(stream, op, start_ns, end_ns, failed);
+  if (!chromeTraceEnabled()) return;
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (!enabled()) return;  // stopped between the caller's check and now
+  if (!chromeTraceEnabled()) return;  // stopped between the check and now
   r.entries.push_back({start_ns, end_ns, stream.id, op.bytes, stream.priority, op.kind, op.name});
 }
 
@@ -80,7 +83,7 @@ size_t stopAndWrite(const std::string& path, int card) {
   {
     Recorder& r = recorder();
     std::lock_guard<std::mutex> lock(r.mutex);
-    g_enabled.store(false, std::memory_order_relaxed);
+    g_consumers.fetch_and(~unsigned{kChromeTrace}, std::memory_order_relaxed);
     entries.swap(r.entries);
     origin_ns = r.origin_ns;
   }

@@ -1,0 +1,309 @@
+// The Kineto plugin: spyre device activities in torch.profiler
+// (ProfilerActivity.PrivateUse1; docs/profiling.md).
+//
+// A session turns on the runtime's activity records (flex/activity.hpp) while
+// the profile records, forwards the correlation id of every CPU op Kineto
+// pushes to the runtime (so each launch knows the op that made it), and at the
+// end turns every record into two Kineto activities, as CUPTI does for CUDA:
+//  - a runtime activity on the launching thread (PRIVATEUSE1_RUNTIME, named
+//    after the runtime call: "launchOperationCompute", ...), where the flow
+//    arrow starts;
+//  - a device activity on its stream's lane (kernel, memcpy, memset or sync),
+//    linked to the launching CPU op (which gets its device time) and ending
+//    the flow.
+// record_function ranges also get a span on each lane their device work ran on.
+// Work launched before the session started is left out: it belongs to the
+// previous window.
+//
+// torch's wheel is built with Kineto, but its headers expose the plugin
+// registry and Kineto's interfaces only under USE_KINETO: defined here, for
+// this translation unit alone (no other TU includes Kineto). Kineto's
+// activity metadata is formatted with fmt, which libtorch does not export:
+// header-only here.
+#ifndef USE_KINETO
+#define USE_KINETO 1
+#endif
+#define FMT_HEADER_ONLY 1
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <c10/util/ApproximateClock.h>
+#include <flex/activity.hpp>
+#include <libkineto.h>
+#include <output_base.h>
+#include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+
+#include "runtime/runtime.h"
+#include "runtime/stream.h"
+
+namespace spyre {
+namespace {
+
+using flex::activity::Kind;
+using libkineto::ActivityType;
+
+// The device-side type of a record: what torch counts as device time and how
+// the trace viewer colours it.
+ActivityType deviceActivityType(Kind kind) {
+  switch (kind) {
+    case Kind::H2D:
+    case Kind::D2H:
+    case Kind::D2D: return ActivityType::GPU_MEMCPY;
+    case Kind::Fill: return ActivityType::GPU_MEMSET;
+    case Kind::EventRecord:
+    case Kind::EventWait:
+    case Kind::Gate: return ActivityType::CUDA_SYNC;
+    case Kind::Compute:
+    case Kind::HostCallback:
+    case Kind::Delay: break;
+  }
+  return ActivityType::CONCURRENT_KERNEL;
+}
+
+std::string deviceActivityName(const flex::activity::Record& record) {
+  switch (record.kind) {
+    case Kind::H2D: return "Memcpy HtoD (Host -> Spyre)";
+    case Kind::D2H: return "Memcpy DtoH (Spyre -> Host)";
+    case Kind::D2D: return "Memcpy DtoD (Spyre -> Spyre)";
+    case Kind::Fill: return "Memset (Spyre)";
+    case Kind::EventRecord: return "Event Record";
+    case Kind::EventWait: return "Stream Wait Event";
+    case Kind::Gate: return "Gate";
+    case Kind::Delay: return "delay";
+    case Kind::Compute:
+    case Kind::HostCallback: break;
+  }
+  return record.name;
+}
+
+// The runtime call that launched a record (flex's API names).
+const char* launchName(Kind kind) {
+  switch (kind) {
+    case Kind::H2D: return "launchOperationH2D";
+    case Kind::D2H: return "launchOperationD2H";
+    case Kind::D2D: return "launchOperationD2D";
+    case Kind::Fill: return "fillAsync";
+    case Kind::Compute: return "launchOperationCompute";
+    case Kind::HostCallback: return "launchOperationHostCallback";
+    case Kind::Delay: return "launchOperationDelay";
+    case Kind::EventRecord: return "RuntimeEvent::record";
+    case Kind::EventWait: return "RuntimeEvent::wait";
+    case Kind::Gate: return "Gate::enqueueOn";
+  }
+  return "launch";
+}
+
+// "spyre:0 stream 3 (low priority)": the lane of a stream of the pool.
+std::string laneName(int device, c10::StreamId id) {
+  const char* pool = id == kDefaultStreamId            ? "default"
+                     : id < kFirstHighPriorityStreamId ? "low priority"
+                     : id < kFirstHostComputeStreamId  ? "high priority"
+                                                       : "host compute";
+  return "spyre:" + std::to_string(device) + " stream " + std::to_string(id) + " (" + pool + ")";
+}
+
+class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSession {
+ public:
+  // A session dropped while recording (a profile torn down without stop())
+  // must not leave the runtime recording.
+  ~SpyreActivityProfilerSession() override {
+    if (status_ == libkineto::TraceStatus::RECORDING) flex::activity::disable();
+  }
+
+  void start() override {
+    // torch's clock (c10::getTime) minus the runtime's, read back to back.
+    const int64_t before = flex::activity::timestampNs();
+    const int64_t torch_now = c10::getTime();
+    const int64_t after = flex::activity::timestampNs();
+    clock_offset_ns_ = torch_now - (before + (after - before) / 2);
+    start_ns_ = after;
+    flex::activity::enable();
+    status_ = libkineto::TraceStatus::RECORDING;
+  }
+
+  void stop() override {
+    flex::activity::disable();
+    end_ns_ = flex::activity::timestampNs();
+    status_ = libkineto::TraceStatus::PROCESSING;
+  }
+
+  std::vector<std::string> errors() override { return errors_; }
+
+  void processTrace(libkineto::ActivityLogger& logger) override {
+    processTrace(logger, nullptr, 0, 0);
+  }
+
+  void processTrace(libkineto::ActivityLogger& logger,
+                    libkineto::getLinkedActivityCallback linked_activity, int64_t /*start*/,
+                    int64_t /*end*/) override {
+    buffer_.span = libkineto::TraceSpan(start_ns_ + clock_offset_ns_, end_ns_ + clock_offset_ns_,
+                                        "spyre");
+    lanes_.clear();
+    std::map<uint64_t, c10::StreamId> pool_ids;  // flex stream id -> pool id
+    try {
+      for (const auto& [id, flex_id] : mappedRuntimeStreamIds()) pool_ids.emplace(flex_id, id);
+    } catch (const std::exception& e) {
+      errors_.push_back(e.what());
+    }
+    const int32_t pid = static_cast<int32_t>(::getpid());
+    // record_function ranges on the device lanes: per (range, lane), from its
+    // first device work's start to its last one's end.
+    std::map<std::pair<uint64_t, int64_t>, std::pair<int64_t, int64_t>> ranges;
+    for (const flex::activity::Record& record : flex::activity::flush()) {
+      // Launched before this window (unstamped, or stamped by an earlier profile).
+      if (record.launch_start_ns == 0 || record.launch_start_ns < start_ns_) continue;
+      device_ = record.device;
+      const auto pool_id = pool_ids.find(record.stream_id);
+      // A flex stream outside the pool (none today) gets a lane past the pool ids.
+      const int64_t lane = pool_id != pool_ids.end()
+                               ? pool_id->second
+                               : kMaxStreamIds + static_cast<int64_t>(record.stream_id);
+      lanes_.emplace(lane, pool_id != pool_ids.end()
+                               ? laneName(record.device, pool_id->second)
+                               : "spyre:" + std::to_string(record.device) + " flex stream " +
+                                     std::to_string(record.stream_id));
+      const libkineto::ITraceActivity* op =
+          linked_activity && record.correlation_id != 0
+              ? linked_activity(static_cast<int32_t>(record.correlation_id))
+              : nullptr;
+      const auto id = static_cast<int32_t>(record.launch_id);
+
+      buffer_.emplace_activity(buffer_.span, ActivityType::PRIVATEUSE1_RUNTIME,
+                               launchName(record.kind));
+      auto& launch = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
+      launch.startTime = record.launch_start_ns + clock_offset_ns_;
+      launch.endTime = record.launch_end_ns + clock_offset_ns_;
+      launch.id = id;
+      launch.device = pid;
+      launch.resource = static_cast<int32_t>(record.launch_thread);
+      launch.threadId = static_cast<int32_t>(record.launch_thread);
+      launch.linked = op;
+      launch.flow.id = static_cast<uint32_t>(record.launch_id);
+      launch.flow.type = libkineto::kLinkAsyncCpuGpu;
+      launch.flow.start = 1;
+      launch.addMetadata("correlation", record.launch_id);
+      logger.handleActivity(launch);
+
+      buffer_.emplace_activity(buffer_.span, deviceActivityType(record.kind),
+                               deviceActivityName(record));
+      auto& work = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
+      work.startTime = record.start_ns + clock_offset_ns_;
+      work.endTime = record.end_ns + clock_offset_ns_;
+      work.id = id;
+      work.device = record.device;
+      work.resource = static_cast<int32_t>(lane);
+      work.threadId = static_cast<int32_t>(lane);
+      work.linked = op;
+      work.flow.id = static_cast<uint32_t>(record.launch_id);
+      work.flow.type = libkineto::kLinkAsyncCpuGpu;
+      work.flow.start = 0;
+      work.addMetadata("device", record.device);
+      work.addMetadata("stream", lane);
+      work.addMetadata("correlation", record.launch_id);
+      work.addMetadataQuoted("kind", flex::activity::kindName(record.kind));
+      work.addMetadata("bytes", record.bytes);
+      if (record.failed) work.addMetadata("failed", "true");
+      logger.handleActivity(work);
+
+      if (record.user_correlation_id != 0) {
+        auto [span, inserted] = ranges.try_emplace({record.user_correlation_id, lane},
+                                                   work.startTime, work.endTime);
+        if (!inserted) {
+          span->second.first = std::min(span->second.first, work.startTime);
+          span->second.second = std::max(span->second.second, work.endTime);
+        }
+      }
+    }
+    for (const auto& [key, span] : ranges) {
+      const libkineto::ITraceActivity* range =
+          linked_activity ? linked_activity(static_cast<int32_t>(key.first)) : nullptr;
+      if (range == nullptr) continue;  // the range began before this window
+      buffer_.emplace_activity(buffer_.span, ActivityType::GPU_USER_ANNOTATION, range->name());
+      auto& annotation = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
+      annotation.startTime = span.first;
+      annotation.endTime = span.second;
+      annotation.device = device_;
+      annotation.resource = static_cast<int32_t>(key.second);
+      annotation.threadId = static_cast<int32_t>(key.second);
+      // Not linked to the host range: torch would add the span to the range's
+      // device time on top of the ops' own (the work is counted once, by its ops).
+      logger.handleActivity(annotation);
+    }
+  }
+
+  std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
+    const std::string name = "spyre:" + std::to_string(device_);
+    return std::unique_ptr<libkineto::DeviceInfo>(
+        new libkineto::DeviceInfo{device_, device_, name, name});
+  }
+
+  std::vector<libkineto::ResourceInfo> getResourceInfos() override {
+    std::vector<libkineto::ResourceInfo> infos;
+    for (const auto& [lane, name] : lanes_) {
+      infos.push_back(libkineto::ResourceInfo{lane, lane, device_, name});
+    }
+    return infos;
+  }
+
+  std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override {
+    return std::make_unique<libkineto::CpuTraceBuffer>(std::move(buffer_));
+  }
+
+  void pushCorrelationId(uint64_t id) override { flex::activity::pushCorrelationId(id); }
+  void popCorrelationId() override { flex::activity::popCorrelationId(); }
+  // record_function ranges (torch pushes their ids apart from ops').
+  void pushUserCorrelationId(uint64_t id) override { flex::activity::pushUserCorrelationId(id); }
+  void popUserCorrelationId() override { flex::activity::popUserCorrelationId(); }
+
+ private:
+  int64_t clock_offset_ns_ = 0;
+  int64_t start_ns_ = 0;  // runtime clock
+  int64_t end_ns_ = 0;
+  int32_t device_ = 0;
+  std::map<int64_t, std::string> lanes_;  // resource id -> lane name
+  libkineto::CpuTraceBuffer buffer_;
+  std::vector<std::string> errors_;
+};
+
+class SpyreActivityProfiler final : public libkineto::IActivityProfiler {
+ public:
+  const std::string& name() const override { return name_; }
+
+  const std::set<ActivityType>& availableActivities() const override { return activities_; }
+
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      const std::set<ActivityType>& activity_types, const libkineto::Config& /*config*/) override {
+    const bool wanted = std::any_of(activity_types.begin(), activity_types.end(),
+                                    [this](ActivityType t) { return activities_.count(t) != 0; });
+    if (!wanted) return nullptr;
+    return std::make_unique<SpyreActivityProfilerSession>();
+  }
+
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
+      int64_t /*ts_ms*/, int64_t /*duration_ms*/, const std::set<ActivityType>& activity_types,
+      const libkineto::Config& config) override {
+    return configure(activity_types, config);
+  }
+
+ private:
+  const std::string name_{"spyre"};
+  const std::set<ActivityType> activities_{
+      ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY, ActivityType::GPU_MEMSET,
+      ActivityType::CUDA_SYNC, ActivityType::GPU_USER_ANNOTATION,
+      ActivityType::PRIVATEUSE1_RUNTIME};
+};
+
+REGISTER_PRIVATEUSE1_PROFILER(SpyreActivityProfiler);
+
+}  // namespace
+}  // namespace spyre
