@@ -166,23 +166,57 @@ run("all_reduce.empty", lambda t, **kw: dist.all_reduce(t, **kw),
 work = dist.barrier(async_op=True)
 out["barrier"] = [work.wait(), dist.barrier()]
 
-# Stream order. Staging waits for the fill still queued behind a sleep on s;
-# wait() only enqueues the copy back on s (here behind a gate), the host does
-# not wait for it, and other streams still see the old value.
+# Stream order (docs/distributed.md, "Streams"), made deterministic with gates.
+# 1. The inputs are read after the work queued before on the current stream,
+#    and async_op=True returns while that work is still held by a gate.
 s, other = torch.spyre.Stream(), torch.spyre.Stream()
 with torch.spyre.stream(s):
     t = torch.zeros(2, device="spyre")
-    torch.spyre._sleep(100)
-    t.fill_(r + 1)
-    work = dist.all_reduce(t, async_op=True)
     with Gate() as gate:
         gate.block(s)
-        out["stream.wait"] = work.wait()
-        out["stream.pending_after_wait"] = s.query()
-        with torch.spyre.stream(other):
-            out["stream.other_stream_sees"] = t.cpu().tolist()
+        t.fill_(r + 1)  # queued behind the gate
+        work = dist.all_reduce(t, async_op=True)
+        out["stream.returned_before_inputs"] = [work.is_completed(), s.query()]
         gate.release()
-    out["stream.after"] = t.cpu().tolist()
+    out["stream.wait"] = work.wait()
+    out["stream.result"] = (t * 1).cpu().tolist()  # on s, after wait(): the sum
+
+# 2. wait() does not wait for the device: the copies back are held on the
+#    group's communication stream; s waits for them, other streams do not.
+comm = dist.group.WORLD._comm_stream
+with torch.spyre.stream(s):
+    t = torch.full((2,), 10.0 * (r + 1), device="spyre")
+    with Gate() as gate:
+        gate.block(comm)
+        work = dist.all_reduce(t, async_op=True)
+        out["stream.wait_while_copy_back_held"] = work.wait()
+        later = t * 2  # on s: ordered after the copy back
+        out["stream.s_pending"] = s.query()
+        with torch.spyre.stream(other):
+            out["stream.other_stream_sees"] = t.cpu().tolist()  # the copy back is held
+        gate.release()
+    out["stream.later"] = later.cpu().tolist()
+
+# 3. get_future(): a torch.futures.Future whose value is the output tensors,
+#    completed at the same point in stream order: the stream that waits on it
+#    (here `other`) runs its later work after the copies back.
+with torch.spyre.stream(s):
+    t = torch.full((3,), float(r + 1), device="spyre")
+    with Gate() as gate:
+        gate.block(comm)
+        fut = dist.all_reduce(t, async_op=True).get_future()
+        with torch.spyre.stream(other):
+            value = fut.wait()
+            later = value[0] + 1
+            out["future.other_pending"] = other.query()
+            gate.release()
+            later = later.cpu().tolist()  # on `other`, where it was computed
+    out["future"] = [type(fut).__name__, len(value), value[0].data_ptr() == t.data_ptr(), later]
+    # A blocking collective's future, and then() on it (DDP comm hooks chain this way).
+    t = torch.full((2,), float(r + 1), device="spyre")
+    work = dist.all_reduce(t, async_op=True)
+    chained = work.get_future().then(lambda f: f.value()[0] * 10)
+    out["future.then"] = chained.wait().cpu().tolist()
 
 # A collective from a second thread: same device, same group.
 def in_thread():
@@ -321,14 +355,28 @@ def test_async_work_wait_is_idempotent(collectives):
         assert both(collectives, key) == [[kind, True, True, True]] * 2, key
 
 
-def test_wait_completes_on_the_current_stream_without_a_host_wait(collectives):
-    for rank, res in enumerate(collectives):
+def test_collectives_follow_streams(collectives):
+    for res in collectives:
+        # Returned while the fill it reads was still held: the host did not wait.
+        assert res["stream.returned_before_inputs"] == [False, False]
         assert res["stream.wait"] is True
-        assert res["stream.pending_after_wait"] is False  # the copy back waits behind the gate
+        assert res["stream.result"] == [3.0, 3.0]  # the fills of both ranks, summed
+
+
+def test_wait_makes_the_current_stream_wait_without_a_host_wait(collectives):
+    for rank, res in enumerate(collectives):
+        assert res["stream.wait_while_copy_back_held"] is True
+        assert res["stream.s_pending"] is False  # s waits for the held copy back
         # Another stream still sees this rank's input: the copy back has not run.
-        assert res["stream.other_stream_sees"] == [rank + 1.0] * 2
-        # After the gate: the sum, so the staging read the fill queued behind the sleep.
-        assert res["stream.after"] == [3.0, 3.0]
+        assert res["stream.other_stream_sees"] == [10.0 * (rank + 1)] * 2
+        assert res["stream.later"] == [60.0, 60.0]  # (10 + 20) * 2, after the copy back
+
+
+def test_get_future_completes_in_stream_order_with_the_outputs(collectives):
+    for res in collectives:
+        assert res["future.other_pending"] is False  # `other` waits for the held copy back
+        assert res["future"] == ["Future", 1, True, [4.0, 4.0, 4.0]]  # (1 + 2) + 1
+        assert res["future.then"] == [30.0, 30.0]
 
 
 def test_collective_from_a_second_thread(collectives):

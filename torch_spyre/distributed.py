@@ -15,7 +15,10 @@ CPU tensors go straight to gloo, so one process group serves both devices.
 the first process group that uses it.
 """
 
+import atexit
+import queue
 import threading
+import weakref
 from datetime import timedelta
 
 import torch
@@ -76,102 +79,261 @@ def _cpu_only(name, gloo_name):
                 f"{', '.join(SUPPORTED)}); copy the tensors to the cpu first"
             )
         # Not ProcessGroup.<name>: c10d's Python trampoline would call us again.
-        return getattr(self._gloo, gloo_name)(*args)
+        return self._cpu(name, lambda: getattr(self._gloo, gloo_name)(*args))
 
     method.__name__ = name
     return method
 
 
 class _Staging:
-    """Host twins of one collective's tensors, and the copies back at wait()."""
+    """Host twins of one collective's tensors, and the copies back."""
 
     def __init__(self):
         self.staged = False  # any twin: the work is a SpyreCCLWork
-        self._reads = False
-        self._back = []  # (tensor, host twin) pairs copied back at wait()
+        self.spyre = False  # any spyre tensor
+        self.reads = False  # any device-to-host copy was enqueued
+        self.back = []  # (tensor, host twin) pairs copied back at completion
 
     def __call__(self, tensor, *, read=True, write=True, private=False):
         """The tensor gloo should use in place of `tensor`.
 
-        read: the collective reads it (copy the data over now).
-        write: the collective writes it (copy the result back at wait()).
+        read: the collective reads it (copy the data over, in stream order).
+        write: the collective writes it (copy the result back at completion).
         private: use a twin even for a CPU tensor (its data must stay intact).
         """
         if not (_is_spyre(tensor) or private):
             return tensor
         self.staged = True
-        # Contiguous, pinned (so the copy back needs no host wait) and
-        # allocated per call: gloo writes into it from its own threads.
-        host = torch.empty(
-            tensor.shape, dtype=tensor.dtype, pin_memory=_is_spyre(tensor)
-        )
+        self.spyre = self.spyre or _is_spyre(tensor)
+        # Contiguous, pinned (so the copies are only enqueued) and allocated
+        # per call: gloo writes into it from its own threads.
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=_is_spyre(tensor))
         if read:
+            # On the caller's current stream: it reads what was enqueued before.
             host.copy_(tensor, non_blocking=True)
-            self._reads = self._reads or _is_spyre(tensor)
+            self.reads = self.reads or _is_spyre(tensor)
         if write:
-            self._back.append((tensor, host))
+            self.back.append((tensor, host))
         return host
 
-    def ready(self) -> None:
-        """Block until the device-to-host copies issued so far have run."""
-        if self._reads:
-            done = torch.spyre.Event()
-            done.record()  # the caller's current stream
-            done.synchronize()
-            self._reads = False
-
     def finish(self) -> None:
-        for tensor, host in self._back:
-            # On the current stream of whoever waits; pinned source: returns at
-            # once, and the copy keeps `host` alive until it has run.
+        for tensor, host in self.back:
+            # On the current stream; pinned source: returns at once, and the
+            # copy keeps `host` alive until it has run.
             tensor.copy_(host, non_blocking=True)
 
 
 class SpyreCCLWork(Work):
-    """An async spyreccl collective.
+    """A spyreccl collective in flight (docs/distributed.md, "Streams").
 
-    `wait()` blocks the host until gloo has finished, then enqueues the copies
-    of the results into the spyre tensors on the caller's current stream: work
-    enqueued after `wait()` on that stream sees the results. Waiting again
-    does nothing; a failure is raised by every `wait()` and nothing is copied.
+    The inputs were read in stream order at the call; the group's progress
+    thread hands the host copies to gloo once they are there, and when gloo is
+    done the results are copied back on the group's communication stream.
+    `wait()` blocks the host until gloo has finished, then makes the caller's
+    current stream wait for the copies back (no host wait for the device), as
+    NCCL's `wait()` makes it wait for the collective. `get_future()` is a
+    `torch.futures.Future` completed with the output tensors at the same point
+    in stream order. A failure is raised by every `wait()` and nothing is
+    copied back.
     """
 
-    def __init__(self, inner: Work, staging: _Staging, name: str):
+    def __init__(self, name, staging, outputs, comm_stream, called, timeout):
         super().__init__()
-        self._inner = inner
-        self._staging = staging
         self._name = name
+        self._staging = staging
+        self._outputs = outputs
+        self._comm_stream = comm_stream  # None: no spyre tensor
+        self._called = called  # recorded on the caller's stream after the staging copies
+        self._timeout = timeout
         self._lock = threading.Lock()
-        self._done = False
+        self._finished = threading.Event()
         self._error = None
+        self._done_event = None  # recorded on the comm stream after the copies back
+        self._future = None
+
+    # Called once by the progress machinery, on the progress thread or on
+    # gloo's thread when its work completes.
+    def _complete(self, error) -> None:
+        if error is None and self._comm_stream is None:
+            self._staging.finish()  # CPU twins only (PREMUL_SUM): plain copies
+        elif error is None:
+            try:
+                with torch.spyre.stream(self._comm_stream):
+                    if self._called is not None:
+                        self._comm_stream.wait_event(self._called)  # WAW/WAR on the outputs
+                    self._staging.finish()
+                    self._done_event = torch.spyre.Event()
+                    self._done_event.record(self._comm_stream)
+            except BaseException as e:  # noqa: B036 (handed to every waiter)
+                error = e
+        with self._lock:
+            self._error = error
+            self._staging = None  # drop the host buffers (the copies keep theirs)
+            self._called = None
+            future = self._future
+            self._finished.set()
+        if future is not None:
+            self._settle(future)
+
+    def _settle(self, future) -> None:
+        if self._error is not None:
+            future.set_exception(self._error)
+        elif self._comm_stream is None:
+            future.set_result(self._outputs)
+        else:
+            # A device future records its completion on the current stream:
+            # the comm stream, after the copies back.
+            with torch.spyre.stream(self._comm_stream):
+                future.set_result(self._outputs)
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT) -> bool:
+        limit = timeout if timeout > _NO_TIMEOUT else self._timeout
+        if not self._finished.wait(limit.total_seconds()):
+            raise RuntimeError(
+                f"spyreccl: {self._name} did not complete within {limit} "
+                "(a rank did not join the collective, or its inputs never became ready)"
+            )
+        if self._error is not None:
+            raise self._error
+        if self._done_event is not None:
+            torch.spyre.current_stream().wait_event(self._done_event)
+        return True
+
+    def get_future(self) -> torch.futures.Future:
         with self._lock:
-            if self._error is not None:
-                raise self._error
-            if not self._done:
-                try:
-                    self._inner.wait(timeout)
-                    self._staging.finish()
-                except BaseException as e:
-                    self._error = e
-                    raise
-                self._done = True
-                self._staging = None  # drop the host buffers
-            return True
+            if self._future is None:
+                devices = [] if self._comm_stream is None else [self._comm_stream.device]
+                self._future = torch.futures.Future(devices=devices)
+                settle = self._finished.is_set()
+            else:
+                settle = False
+            future = self._future
+        if settle:
+            self._settle(future)
+        return future
 
     def is_completed(self) -> bool:
-        return self._done or self._error is not None
+        return self._finished.is_set()
 
     def is_success(self) -> bool:
-        return self._done
+        return self._finished.is_set() and self._error is None
 
     def exception(self):
         return self._error
 
     def __repr__(self):
-        state = "failed" if self._error else "done" if self._done else "pending"
+        state = (
+            "pending" if not self._finished.is_set() else "failed" if self._error else "done"
+        )
         return f"SpyreCCLWork({self._name}, {state})"
+
+
+class _Progress:
+    """Hands a group's collectives to gloo in call order, each once its inputs
+    are on the host, without blocking the callers (one daemon thread per group).
+
+    gloo matches collectives across ranks by the order they are issued, so
+    while anything is queued here, collectives on CPU tensors queue behind it.
+    """
+
+    def __init__(self, timeout):
+        self._timeout = timeout
+        self._lock = threading.Lock()  # order of launches; `_pending`
+        self._pending = 0
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        _LIVE_PROGRESS.add(self)
+
+    def submit(self, name, staging, outputs, launch, comm_stream) -> Work:
+        """`launch()` issues the gloo collective; it runs here or on the thread."""
+        called = None
+        if staging.staged and comm_stream is not None:
+            called = torch.spyre.Event()
+            called.record()  # the caller's current stream, after the staging copies
+        with self._lock:
+            if not staging.staged and self._pending == 0:
+                return launch()  # CPU tensors used as they are: gloo's own work
+            work = SpyreCCLWork(name, staging, outputs, comm_stream, called, self._timeout)
+            ready = called if staging.reads else None
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=_progress_loop, args=(self,), name="spyreccl-progress", daemon=True
+                )
+                self._thread.start()
+            self._queue.put((ready, launch, work))
+        return work
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Let the threads finish what is queued and exit; join them, so none
+        is still running (and dropping objects) when the interpreter exits."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+
+# Groups never destroyed: their threads are stopped at exit, before the
+# interpreter finalizes (a daemon thread waking up then would abort it).
+_LIVE_PROGRESS = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_progress() -> None:
+    for progress in list(_LIVE_PROGRESS):
+        progress.stop(timeout=1.0)
+
+
+def _progress_loop(progress: _Progress) -> None:
+    """Launcher: in call order, wait for each collective's staging copies
+    (a host wait without the GIL), then issue it on gloo."""
+    finished = queue.SimpleQueue()
+    completer = threading.Thread(
+        target=_completion_loop, args=(finished,), name="spyreccl-completion", daemon=True
+    )
+    completer.start()
+    while True:
+        item = progress._queue.get()
+        if item is None:
+            finished.put(None)
+            completer.join()
+            return
+        ready, launch, work = item
+        item = None
+        error = inner = None
+        try:
+            if ready is not None:
+                ready.synchronize()
+        except BaseException as e:  # noqa: B036 (handed to the waiters)
+            error = e
+        with progress._lock:
+            progress._pending -= 1
+            if error is None:
+                try:
+                    inner = launch()
+                except BaseException as e:  # noqa: B036
+                    error = e
+        finished.put((inner, error, work))
+        ready = launch = work = inner = None  # drop them here, not at the next item
+
+
+def _completion_loop(finished) -> None:
+    """Completer: wait for gloo (not every gloo work has a future), in order,
+    then copy the results back. Separate from the launcher so the next
+    collective's staging wait overlaps this one's transfer."""
+    while True:
+        item = finished.get()
+        if item is None:
+            return
+        inner, error, work = item
+        item = None
+        if error is None:
+            try:
+                inner.wait()
+            except BaseException as e:  # noqa: B036
+                error = e
+        work._complete(error)
+        inner = work = error = None
 
 
 class ProcessGroupSpyreCCL(ProcessGroup):
@@ -191,6 +353,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             self._gloo.options.group_name = group_name
         self._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, self._gloo)
         self._set_default_backend(ProcessGroup.BackendType.GLOO)
+        self._progress = _Progress(timeout)
+        self._comm_stream = None
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
@@ -209,26 +373,41 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
     # ---------------------------------------------------------- helpers
 
-    def _run(self, name, staging, launch) -> Work:
-        staging.ready()
-        inner = launch()
-        if not staging.staged:
-            return inner  # CPU tensors used as they are: gloo's own work
-        return SpyreCCLWork(inner, staging, name)
+    def _run(self, name, staging, outputs, launch) -> Work:
+        comm = None
+        if staging.spyre:
+            if self._comm_stream is None:
+                # The group's communication stream (NCCL's ncclStream): the
+                # copies back run on it, and wait() makes callers wait for it.
+                self._comm_stream = torch.spyre.Stream()
+            comm = self._comm_stream
+            for tensor, _ in staging.back:
+                if _is_spyre(tensor):
+                    tensor.record_stream(comm)  # written on comm: not reused before
+        return self._progress.submit(name, staging, outputs, launch, comm)
+
+    def _cpu(self, name, launch) -> Work:
+        """A collective on CPU tensors only, in order with the queued ones."""
+        return self._progress.submit(name, _Staging(), [], launch, None)
 
     @staticmethod
-    def _premul(opts, staging, hosts) -> None:
-        """PREMUL_SUM (not in gloo): SUM over private copies scaled by the factor."""
+    def _premul(opts, hosts):
+        """PREMUL_SUM (not in gloo): SUM over private copies scaled by the factor.
+
+        Returns what to run once the copies are on the host (before gloo)."""
         op = opts.reduceOp
         if op != ReduceOp.PREMUL_SUM:
-            return
+            return lambda: None
         factor = op.factor
         if isinstance(factor, torch.Tensor):
             factor = factor.to("cpu")
-        staging.ready()
-        for host in hosts:
-            host.mul_(factor)
         opts.reduceOp = ReduceOp.SUM
+
+        def scale():
+            for host in hosts:
+                host.mul_(factor)
+
+        return scale
 
     # ---------------------------------------------------------- collectives
 
@@ -236,15 +415,20 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         staging = _Staging()
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         hosts = [staging(t, private=private) for t in tensors]
-        self._premul(opts, staging, hosts)
-        return self._run("allreduce", staging, lambda: self._gloo.allreduce(hosts, opts))
+        scale = self._premul(opts, hosts)
+
+        def launch():
+            scale()
+            return self._gloo.allreduce(hosts, opts)
+
+        return self._run("allreduce", staging, tensors, launch)
 
     def broadcast(self, tensors, opts):
         staging = _Staging()
         root = self.rank() == opts.rootRank
         # The root only sends, the others only receive.
         hosts = [staging(t, read=root, write=not root) for t in tensors]
-        return self._run("broadcast", staging, lambda: self._gloo.broadcast(hosts, opts))
+        return self._run("broadcast", staging, tensors, lambda: self._gloo.broadcast(hosts, opts))
 
     def reduce(self, tensors, opts):
         staging = _Staging()
@@ -252,15 +436,23 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         # Only the root receives the result; the others' tensors stay as they were.
         hosts = [staging(t, write=root, private=private) for t in tensors]
-        self._premul(opts, staging, hosts)
-        return self._run("reduce", staging, lambda: self._gloo.reduce(hosts, opts))
+        scale = self._premul(opts, hosts)
+
+        def launch():
+            scale()
+            return self._gloo.reduce(hosts, opts)
+
+        return self._run("reduce", staging, tensors, launch)
 
     def allgather(self, output_tensors, input_tensors, opts):
         staging = _Staging()
         outputs = [[staging(t, read=False) for t in ts] for ts in output_tensors]
         inputs = [staging(t, write=False) for t in input_tensors]
         return self._run(
-            "allgather", staging, lambda: self._gloo.allgather(outputs, inputs, opts)
+            "allgather",
+            staging,
+            output_tensors,
+            lambda: self._gloo.allgather(outputs, inputs, opts),
         )
 
     def _allgather_base(self, output, input, opts):
@@ -270,6 +462,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         return self._run(
             "all_gather_single",
             staging,
+            [output],
             lambda: self._gloo._allgather_base(host_out, host_in, opts),
         )
 
@@ -280,18 +473,23 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         host_out = staging(output, read=False)
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         host_in = staging(input, write=False, private=private)
-        self._premul(opts, staging, [host_in])
-        return self._run(
-            "reduce_scatter_single",
-            staging,
-            lambda: self._gloo._reduce_scatter_base(host_out, host_in, opts),
-        )
+        scale = self._premul(opts, [host_in])
+
+        def launch():
+            scale()
+            return self._gloo._reduce_scatter_base(host_out, host_in, opts)
+
+        return self._run("reduce_scatter_single", staging, [output], launch)
 
     reduce_scatter_single = _reduce_scatter_base
 
     def barrier(self, opts):
         # A host barrier: it does not wait for device work (synchronize first).
-        return self._gloo.barrier(opts)
+        return self._cpu("barrier", lambda: self._gloo.barrier(opts))
+
+    def shutdown(self) -> None:
+        self._progress.stop()
+        self._gloo.shutdown()
 
     # The other collectives and point-to-point ops of torch.distributed.
     gather = _cpu_only("gather", "gather")
