@@ -116,7 +116,8 @@ r = dist.get_rank()
 pg = dist.group.WORLD
 out["backend"] = [type(pg).__name__, pg.name(), dist.get_backend_config(),
                   dist.get_default_backend_for_device("spyre"),
-                  dist.get_default_backend_for_device("cpu"), [str(d) for d in pg._device_types]]
+                  dist.get_default_backend_for_device("cpu"), [str(d) for d in pg._device_types],
+                  dist.get_backend()]
 
 def run(name, collective, *tensors):
     # Each collective twice: blocking, then async_op=True (wait() twice: idempotent).
@@ -265,7 +266,9 @@ def test_each_rank_binds_local_rank_in_every_thread(collectives):
 
 
 def test_default_process_group_uses_spyreccl_for_spyre_and_gloo_for_cpu(collectives):
-    expected = ["ProcessGroupSpyreCCL", "spyreccl", "spyre:spyreccl", "spyreccl", "gloo", ["cpu"]]
+    # get_backend(): "undefined", what was asked for (torch 2.13 stores the argument).
+    expected = ["ProcessGroupSpyreCCL", "spyreccl", "spyre:spyreccl", "spyreccl", "gloo", ["cpu"],
+                "undefined"]
     assert both(collectives, "backend") == [expected, expected]
     assert both(collectives, "all_reduce.cpu.sync") == [[["cpu", [3]]]] * 2
     assert both(collectives, "all_reduce.cpu.async") == [[["cpu", [3]]]] * 2
@@ -432,6 +435,32 @@ def test_explicit_backend_string_device_id_and_subgroup(tmp_path):
     assert both(results, "backend") == [["ProcessGroupSpyreCCL", config, config]] * 2
     assert both(results, "world") == [["spyre:0", [3.0], [3.0]], ["spyre:1", [3.0], [3.0]]]
     assert both(results, "subgroup") == [["ProcessGroupSpyreCCL", "spyreccl", [30.0]]] * 2
+
+
+def test_get_backend_names_spyreccl_when_asked_for_by_name(tmp_path):
+    # get_backend() returns the string given to init_process_group (torch 2.13
+    # keeps it in _world.pg_map): "spyreccl" here, "undefined" for no backend
+    # (as for cuda/nccl); get_backend_config() and the group's name() always
+    # name spyreccl (docs/distributed.md).
+    torchrun(
+        tmp_path,
+        PRELUDE
+        + textwrap.dedent(
+            """
+        dist.init_process_group("spyreccl")
+        r = dist.get_rank()
+        t, c = torch.tensor([r + 1.0], device="spyre"), torch.tensor([r + 1.0])
+        dist.all_reduce(t); dist.all_reduce(c)
+        out["backend"] = [dist.get_backend(), dist.get_backend_config(),
+                          dist.group.WORLD.name(), t.cpu().tolist(), c.tolist()]
+        dist.destroy_process_group()
+        save()
+        """
+        ),
+    )
+    assert both(rank_results(tmp_path), "backend") == [
+        ["spyreccl", "spyre:spyreccl", "spyreccl", [3.0], [3.0]]
+    ] * 2
 
 
 # ---------------------------------------------------------------- demo and failure

@@ -105,23 +105,28 @@ def test_fsdp2_training_step_on_two_ranks(tmp_path):
     ]
 
 
-def test_ddp_is_not_supported_yet():
+def test_ddp_trains_in_one_process():
+    # The 2-rank configurations are in test_ddp.py; here: one rank, DDP's
+    # gradient equals the plain module's.
     proc = run_python(
         """
-        import os, tempfile, torch
+        import tempfile, torch
         import torch.distributed as dist
         from torch import nn
         dist.init_process_group("spyreccl", init_method="file://" + tempfile.mktemp(),
                                 rank=0, world_size=1)
-        try:
-            ddp = nn.parallel.DistributedDataParallel(nn.Linear(4, 2).to("spyre"))
-            ddp(torch.ones(3, 4, device="spyre")).sum().backward()
-        except RuntimeError as e:
-            print(type(e).__name__, e)
+        torch.manual_seed(0)
+        layer = nn.Linear(4, 2)
+        x = torch.arange(12.0).reshape(3, 4)
+        layer(x).sum().backward()
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(4, 2).to("spyre"))
+        ddp.module.load_state_dict(layer.state_dict())
+        ddp(x.to("spyre")).sum().backward()
+        print(torch.equal(ddp.module.weight.grad.cpu(), layer.weight.grad))
         dist.destroy_process_group()
         """
     )
-    assert proc.stdout.splitlines() == ["RuntimeError Work::getFuture not implemented."]
+    assert proc.stdout.splitlines() == ["True"]
 
 
 def test_torch_compile_is_not_supported_yet():
