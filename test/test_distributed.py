@@ -159,6 +159,13 @@ run("reduce_scatter_tensor", lambda o, x, **kw: dist.reduce_scatter_tensor(o, x,
 run("reduce_scatter_tensor.MAX",
     lambda o, x, **kw: dist.reduce_scatter_tensor(o, x, op=R.MAX, **kw),
     lambda: torch.zeros(2, device="spyre"), lambda: torch.arange(4.0, device="spyre") * (r + 1))
+run("gather", lambda o0, o1, x, **kw: dist.gather(x, [o0, o1] if r == 1 else None, dst=1, **kw),
+    lambda: torch.zeros(2, device="spyre"), lambda: torch.zeros(2, device="spyre"),
+    lambda: spyre([r + 1.0, 10.0 * (r + 1)]))
+run("scatter", lambda o, a, b, **kw: dist.scatter(o, [a, b] if r == 0 else None, src=0, **kw),
+    lambda: torch.zeros(2, device="spyre"), lambda: spyre([5.0, 6.0]), lambda: spyre([7.0, 8.0]))
+run("all_to_all_single", lambda o, x, **kw: dist.all_to_all_single(o, x, **kw),
+    lambda: torch.zeros(4, device="spyre"), lambda: torch.arange(4.0, device="spyre") + 10 * r)
 run("all_reduce.cpu", lambda t, **kw: dist.all_reduce(t, **kw), lambda: torch.tensor([r + 1]))
 run("all_reduce.cpu.PREMUL_SUM",
     lambda t, **kw: dist.all_reduce(t, op=dist._make_nccl_premul_sum(float(r + 1)), **kw),
@@ -233,8 +240,8 @@ objects = [{"from": r}]
 dist.broadcast_object_list(objects, src=1)
 out["broadcast_object_list"] = objects
 
-gather_list = [spyre([0.0]), spyre([0.0])] if r == 0 else None
-out["gather.spyre"] = error(lambda: dist.gather(spyre([1.0]), gather_list))
+out["all_to_all.spyre"] = error(
+    lambda: dist.all_to_all([spyre([0.0]), spyre([0.0])], [spyre([1.0]), spyre([2.0])]))
 out["broadcast.bad_root"] = error(lambda: dist.broadcast(spyre([1.0]), src=5))
 # A collective that fails in gloo: every wait() raises it, nothing is copied back.
 t = spyre([r + 1, 7], torch.int64)
@@ -339,6 +346,30 @@ def test_all_reduce_every_op(collectives, op, expected, mode):
                 [["spyre:1", [5.0, 7.0]], ["spyre:1", [1.0, 2.0, 3.0, 4.0]]],
             ],
         ),
+        # dst=1 gathers [1, 10] and [2, 20]; rank 0's outputs stay zero.
+        (
+            "gather",
+            [
+                [["spyre:0", [0.0, 0.0]], ["spyre:0", [0.0, 0.0]], ["spyre:0", [1.0, 10.0]]],
+                [["spyre:1", [1.0, 10.0]], ["spyre:1", [2.0, 20.0]], ["spyre:1", [2.0, 20.0]]],
+            ],
+        ),
+        # src=0 scatters its [5, 6] and [7, 8] (rank 1's list is only its own input).
+        (
+            "scatter",
+            [
+                [["spyre:0", [5.0, 6.0]], ["spyre:0", [5.0, 6.0]], ["spyre:0", [7.0, 8.0]]],
+                [["spyre:1", [7.0, 8.0]], ["spyre:1", [5.0, 6.0]], ["spyre:1", [7.0, 8.0]]],
+            ],
+        ),
+        # Rank r sends elements 2j, 2j+1 of [0, 1, 2, 3] + 10r to rank j.
+        (
+            "all_to_all_single",
+            [
+                [["spyre:0", [0.0, 1.0, 10.0, 11.0]], ["spyre:0", [0.0, 1.0, 2.0, 3.0]]],
+                [["spyre:1", [2.0, 3.0, 12.0, 13.0]], ["spyre:1", [10.0, 11.0, 12.0, 13.0]]],
+            ],
+        ),
         (
             "reduce_scatter_tensor.MAX",
             [
@@ -390,11 +421,12 @@ def test_collective_from_a_second_thread(collectives):
 def test_errors_propagate(collectives):
     unsupported = [
         "NotImplementedError",
-        "spyreccl: gather is not supported on spyre tensors (supported: all_reduce, broadcast, "
-        "reduce, all_gather, all_gather_into_tensor, reduce_scatter_tensor, barrier); copy the "
-        "tensors to the cpu first",
+        "spyreccl: alltoall is not supported on spyre tensors (supported: all_reduce, broadcast, "
+        "reduce, all_gather, all_gather_into_tensor, reduce_scatter_tensor, gather, scatter, "
+        "all_to_all_single, all_gather_single_coalesced, reduce_scatter_single_coalesced, "
+        "barrier); copy the tensors to the cpu first",
     ]
-    assert both(collectives, "gather.spyre") == [unsupported] * 2
+    assert both(collectives, "all_to_all.spyre") == [unsupported] * 2
     bad_root = ["RuntimeError", "ProcessGroupGloo::broadcast: invalid root rank: 5"]
     assert both(collectives, "broadcast.bad_root") == [bad_root] * 2
     gloo_error = ["RuntimeError", "result type Float can't be cast to the desired output type Long"]

@@ -65,6 +65,11 @@ SUPPORTED = (
     "all_gather",
     "all_gather_into_tensor",
     "reduce_scatter_tensor",
+    "gather",
+    "scatter",
+    "all_to_all_single",
+    "all_gather_single_coalesced",
+    "reduce_scatter_single_coalesced",
     "barrier",
 )
 
@@ -228,6 +233,18 @@ class SpyreCCLWork(Work):
         return f"SpyreCCLWork({self._name}, {state})"
 
 
+class _AllOf:
+    """Several gloo works waited on as one (the coalesced collectives)."""
+
+    def __init__(self, works):
+        self._works = works
+
+    def wait(self, timeout: timedelta = _NO_TIMEOUT) -> bool:
+        for work in self._works:
+            work.wait(timeout)
+        return True
+
+
 class _Progress:
     """Hands a group's collectives to gloo in call order, each once its inputs
     are on the host, without blocking the callers (one daemon thread per group).
@@ -244,14 +261,15 @@ class _Progress:
         self._thread = None
         _LIVE_PROGRESS.add(self)
 
-    def submit(self, name, staging, outputs, launch, comm_stream) -> Work:
-        """`launch()` issues the gloo collective; it runs here or on the thread."""
+    def submit(self, name, staging, outputs, launch, comm_stream, direct=True) -> Work:
+        """`launch()` issues the gloo collective; it runs here (CPU tensors,
+        nothing queued, `direct`: it returns a gloo work) or on the thread."""
         called = None
         if staging.staged and comm_stream is not None:
             called = torch.spyre.Event()
             called.record()  # the caller's current stream, after the staging copies
         with self._lock:
-            if not staging.staged and self._pending == 0:
+            if direct and not staging.staged and self._pending == 0:
                 return launch()  # CPU tensors used as they are: gloo's own work
             work = SpyreCCLWork(name, staging, outputs, comm_stream, called, self._timeout)
             ready = called if staging.reads else None
@@ -373,7 +391,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
     # ---------------------------------------------------------- helpers
 
-    def _run(self, name, staging, outputs, launch) -> Work:
+    def _run(self, name, staging, outputs, launch, direct=True) -> Work:
         comm = None
         if staging.spyre:
             if self._comm_stream is None:
@@ -384,7 +402,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             for tensor, _ in staging.back:
                 if _is_spyre(tensor):
                     tensor.record_stream(comm)  # written on comm: not reused before
-        return self._progress.submit(name, staging, outputs, launch, comm)
+        return self._progress.submit(name, staging, outputs, launch, comm, direct)
 
     def _cpu(self, name, launch) -> Work:
         """A collective on CPU tensors only, in order with the queued ones."""
@@ -483,6 +501,71 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
     reduce_scatter_single = _reduce_scatter_base
 
+    # The coalesced forms (functional collectives: DTensor, FSDP): one work
+    # for every pair, each pair run as its single-tensor collective on gloo.
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        staging = _Staging()
+        pairs = [(staging(o, read=False), staging(i, write=False)) for o, i in zip(outputs, inputs)]
+        return self._run(
+            "all_gather_single_coalesced",
+            staging,
+            outputs,
+            lambda: _AllOf([self._gloo._allgather_base(o, i, opts) for o, i in pairs]),
+            direct=False,
+        )
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        staging = _Staging()
+        private = opts.reduceOp == ReduceOp.PREMUL_SUM
+        pairs = [
+            (staging(o, read=False), staging(i, write=False, private=private))
+            for o, i in zip(outputs, inputs)
+        ]
+        scale = self._premul(opts, [i for _, i in pairs])
+
+        def launch():
+            scale()
+            return _AllOf([self._gloo._reduce_scatter_base(o, i, opts) for o, i in pairs])
+
+        return self._run("reduce_scatter_single_coalesced", staging, outputs, launch, direct=False)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
+        staging = _Staging()
+        host_out = staging(output, read=False)
+        host_in = staging(input, write=False)
+        return self._run(
+            "all_to_all_single",
+            staging,
+            [output],
+            lambda: self._gloo.alltoall_base(
+                host_out, host_in, output_split_sizes, input_split_sizes, opts
+            ),
+        )
+
+    alltoall_base = all_to_all_single
+
+    def gather(self, output_tensors, input_tensors, opts):
+        staging = _Staging()
+        # Only the root receives (output_tensors is empty elsewhere).
+        outputs = [[staging(t, read=False) for t in ts] for ts in output_tensors]
+        inputs = [staging(t, write=False) for t in input_tensors]
+        return self._run(
+            "gather", staging, output_tensors, lambda: self._gloo.gather(outputs, inputs, opts)
+        )
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        staging = _Staging()
+        outputs = [staging(t, read=False) for t in output_tensors]
+        # Only the root sends (input_tensors is empty elsewhere).
+        inputs = [[staging(t, write=False) for t in ts] for ts in input_tensors]
+        return self._run(
+            "scatter", staging, output_tensors, lambda: self._gloo.scatter(outputs, inputs, opts)
+        )
+
     def barrier(self, opts):
         # A host barrier: it does not wait for device work (synchronize first).
         return self._cpu("barrier", lambda: self._gloo.barrier(opts))
@@ -492,11 +575,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         self._gloo.shutdown()
 
     # The other collectives and point-to-point ops of torch.distributed.
-    gather = _cpu_only("gather", "gather")
-    scatter = _cpu_only("scatter", "scatter")
     reduce_scatter = _cpu_only("reduce_scatter", "reduce_scatter")
     alltoall = _cpu_only("alltoall", "alltoall")
-    all_to_all_single = _cpu_only("all_to_all_single", "alltoall_base")
     send = _cpu_only("send", "send")
     recv = _cpu_only("recv", "recv")
     recv_anysource = _cpu_only("recv_anysource", "recv_anysource")
