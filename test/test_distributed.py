@@ -243,12 +243,19 @@ out["broadcast_object_list"] = objects
 out["all_to_all.spyre"] = error(
     lambda: dist.all_to_all([spyre([0.0]), spyre([0.0])], [spyre([1.0]), spyre([2.0])]))
 out["broadcast.bad_root"] = error(lambda: dist.broadcast(spyre([1.0]), src=5))
-# A collective that fails in gloo: every wait() raises it, nothing is copied back.
-t = spyre([r + 1, 7], torch.int64)
-work = dist.all_reduce(t, op=R.AVG, async_op=True)
+# Bad input refused at the call, naming the value.
+out["avg_int"] = error(lambda: dist.all_reduce(spyre([1, 2], torch.int64), op=R.AVG))
+out["band_float"] = error(lambda: dist.all_reduce(spyre([1.0]), op=R.BAND, async_op=True))
+# A collective that does not match across ranks (dtypes differ) fails on every
+# rank: every wait() raises it, nothing is copied back, and the group still works.
+t = spyre([r + 1, 7], torch.int64 if r == 0 else torch.int32)
+work = dist.all_reduce(t, async_op=True)
 first, second = error(work.wait), error(work.wait)
 out["async_error"] = [first, second, work.is_completed(), work.is_success(),
                       work.exception() is not None, t.cpu().tolist()]
+t = spyre([r + 1.0, 2.0 + r])
+dist.all_reduce(t)
+out["after_error"] = t.cpu().tolist()
 
 dist.destroy_process_group()
 save()
@@ -429,11 +436,25 @@ def test_errors_propagate(collectives):
     assert both(collectives, "all_to_all.spyre") == [unsupported] * 2
     bad_root = ["RuntimeError", "ProcessGroupGloo::broadcast: invalid root rank: 5"]
     assert both(collectives, "broadcast.bad_root") == [bad_root] * 2
-    gloo_error = ["RuntimeError", "result type Float can't be cast to the desired output type Long"]
-    assert both(collectives, "async_error") == [
-        [gloo_error, gloo_error, True, False, True, [1, 7]],
-        [gloo_error, gloo_error, True, False, True, [2, 7]],
+    assert both(collectives, "avg_int") == [[
+        "ValueError",
+        "spyreccl: ReduceOp.AVG needs a floating point tensor, got torch.int64; use "
+        "ReduceOp.SUM and divide",
+    ]] * 2
+    assert both(collectives, "band_float") == [[
+        "ValueError", "spyreccl: ReduceOp.BAND needs an integer or bool tensor, got torch.float32"
+    ]] * 2
+    mismatch = [
+        "RuntimeError",
+        "spyreccl: allreduce does not match across ranks (rank 0: allreduce(SUM, torch.int64 "
+        "[2]); rank 1: allreduce(SUM, torch.int32 [2])): every rank must call the same "
+        "collective with the same dtypes and shapes",
     ]
+    assert both(collectives, "async_error") == [
+        [mismatch, mismatch, True, False, True, [1, 7]],
+        [mismatch, mismatch, True, False, True, [2, 7]],
+    ]
+    assert both(collectives, "after_error") == [[3.0, 5.0]] * 2
 
 
 # ---------------------------------------------------------------- explicit backend strings

@@ -58,6 +58,29 @@ def _any_spyre(args) -> bool:
     return False
 
 
+def _describe(tensor) -> str:
+    return f"{tensor.dtype} {list(tensor.shape)}"
+
+
+def _check_reduce_op(op, tensors) -> None:
+    """Refuse at the call what gloo would refuse later with a vaguer message."""
+    name = op.op.name
+    for t in tensors:
+        if name == "AVG" and not (t.is_floating_point() or t.is_complex()):
+            raise ValueError(
+                f"spyreccl: ReduceOp.AVG needs a floating point tensor, got {t.dtype}; "
+                "use ReduceOp.SUM and divide"
+            )
+        if name in ("BAND", "BOR", "BXOR") and (t.is_floating_point() or t.is_complex()):
+            raise ValueError(
+                f"spyreccl: ReduceOp.{name} needs an integer or bool tensor, got {t.dtype}"
+            )
+
+
+# The descriptions ranks compare before each staged collective (bytes, padded).
+_SIGNATURE_BYTES = 256
+
+
 SUPPORTED = (
     "all_reduce",
     "broadcast",
@@ -391,7 +414,9 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
     # ---------------------------------------------------------- helpers
 
-    def _run(self, name, staging, outputs, launch, direct=True) -> Work:
+    def _run(self, name, staging, outputs, launch, direct=True, signature=None) -> Work:
+        """`signature`: what must be the same on every rank (dtype, shapes, op);
+        spyre collectives compare it across ranks before moving any data."""
         comm = None
         if staging.spyre:
             if self._comm_stream is None:
@@ -402,7 +427,34 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             for tensor, _ in staging.back:
                 if _is_spyre(tensor):
                     tensor.record_stream(comm)  # written on comm: not reused before
+            if signature is not None:
+                described, collective = f"{name}({signature})", launch
+
+                def launch():
+                    self._check_signature(name, described)
+                    return collective()
+
         return self._progress.submit(name, staging, outputs, launch, comm, direct)
+
+    def _check_signature(self, name, described) -> None:
+        """All-gather every rank's description of the collective (gloo, on the
+        progress thread, in order) and refuse a mismatch on every rank: gloo
+        itself would abort the process on a size mismatch."""
+        raw = described.encode()[:_SIGNATURE_BYTES]
+        mine = torch.zeros(_SIGNATURE_BYTES, dtype=torch.uint8)
+        mine[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        every = torch.empty(self.size() * _SIGNATURE_BYTES, dtype=torch.uint8)
+        self._gloo._allgather_base(every, mine).wait()
+        rows = [
+            bytes(row.tolist()).rstrip(b"\0").decode(errors="replace")
+            for row in every.view(self.size(), _SIGNATURE_BYTES)
+        ]
+        if any(row != rows[0] for row in rows):
+            ranks = "; ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
+            raise RuntimeError(
+                f"spyreccl: {name} does not match across ranks ({ranks}): every rank "
+                "must call the same collective with the same dtypes and shapes"
+            )
 
     def _cpu(self, name, launch) -> Work:
         """A collective on CPU tensors only, in order with the queued ones."""
@@ -432,6 +484,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     def allreduce(self, tensors, opts):
         staging = _Staging()
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
+        _check_reduce_op(opts.reduceOp, tensors)
+        signature = f"{opts.reduceOp.op.name}, " + ", ".join(map(_describe, tensors))
         hosts = [staging(t, private=private) for t in tensors]
         scale = self._premul(opts, hosts)
 
@@ -439,20 +493,30 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             scale()
             return self._gloo.allreduce(hosts, opts)
 
-        return self._run("allreduce", staging, tensors, launch)
+        return self._run("allreduce", staging, tensors, launch, signature=signature)
 
     def broadcast(self, tensors, opts):
         staging = _Staging()
         root = self.rank() == opts.rootRank
         # The root only sends, the others only receive.
         hosts = [staging(t, read=root, write=not root) for t in tensors]
-        return self._run("broadcast", staging, tensors, lambda: self._gloo.broadcast(hosts, opts))
+        return self._run(
+            "broadcast",
+            staging,
+            tensors,
+            lambda: self._gloo.broadcast(hosts, opts),
+            signature=f"root {opts.rootRank}, " + ", ".join(map(_describe, tensors)),
+        )
 
     def reduce(self, tensors, opts):
         staging = _Staging()
         root = self.rank() == opts.rootRank
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         # Only the root receives the result; the others' tensors stay as they were.
+        _check_reduce_op(opts.reduceOp, tensors)
+        signature = f"{opts.reduceOp.op.name}, root {opts.rootRank}, " + ", ".join(
+            map(_describe, tensors)
+        )
         hosts = [staging(t, write=root, private=private) for t in tensors]
         scale = self._premul(opts, hosts)
 
@@ -460,7 +524,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             scale()
             return self._gloo.reduce(hosts, opts)
 
-        return self._run("reduce", staging, tensors, launch)
+        return self._run("reduce", staging, tensors, launch, signature=signature)
 
     def allgather(self, output_tensors, input_tensors, opts):
         staging = _Staging()
@@ -471,6 +535,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             staging,
             output_tensors,
             lambda: self._gloo.allgather(outputs, inputs, opts),
+            signature=", ".join(map(_describe, input_tensors)),
         )
 
     def _allgather_base(self, output, input, opts):
@@ -482,6 +547,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             staging,
             [output],
             lambda: self._gloo._allgather_base(host_out, host_in, opts),
+            signature=_describe(input),
         )
 
     all_gather_single = _allgather_base
@@ -490,6 +556,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         staging = _Staging()
         host_out = staging(output, read=False)
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
+        _check_reduce_op(opts.reduceOp, [input])
+        signature = f"{opts.reduceOp.op.name}, {_describe(input)}"
         host_in = staging(input, write=False, private=private)
         scale = self._premul(opts, [host_in])
 
@@ -497,7 +565,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             scale()
             return self._gloo._reduce_scatter_base(host_out, host_in, opts)
 
-        return self._run("reduce_scatter_single", staging, [output], launch)
+        return self._run("reduce_scatter_single", staging, [output], launch, signature=signature)
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -512,6 +580,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             outputs,
             lambda: _AllOf([self._gloo._allgather_base(o, i, opts) for o, i in pairs]),
             direct=False,
+            signature=", ".join(map(_describe, inputs)),
         )
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -519,6 +588,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
         staging = _Staging()
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
+        _check_reduce_op(opts.reduceOp, inputs)
+        signature = f"{opts.reduceOp.op.name}, " + ", ".join(map(_describe, inputs))
         pairs = [
             (staging(o, read=False), staging(i, write=False, private=private))
             for o, i in zip(outputs, inputs)
@@ -529,7 +600,14 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             scale()
             return _AllOf([self._gloo._reduce_scatter_base(o, i, opts) for o, i in pairs])
 
-        return self._run("reduce_scatter_single_coalesced", staging, outputs, launch, direct=False)
+        return self._run(
+            "reduce_scatter_single_coalesced",
+            staging,
+            outputs,
+            launch,
+            direct=False,
+            signature=signature,
+        )
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -544,6 +622,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             lambda: self._gloo.alltoall_base(
                 host_out, host_in, output_split_sizes, input_split_sizes, opts
             ),
+            signature=str(input.dtype),  # split sizes may differ by rank
         )
 
     alltoall_base = all_to_all_single
@@ -554,7 +633,11 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         outputs = [[staging(t, read=False) for t in ts] for ts in output_tensors]
         inputs = [staging(t, write=False) for t in input_tensors]
         return self._run(
-            "gather", staging, output_tensors, lambda: self._gloo.gather(outputs, inputs, opts)
+            "gather",
+            staging,
+            output_tensors,
+            lambda: self._gloo.gather(outputs, inputs, opts),
+            signature=f"root {opts.rootRank}, " + ", ".join(map(_describe, input_tensors)),
         )
 
     def scatter(self, output_tensors, input_tensors, opts):
@@ -563,7 +646,11 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         # Only the root sends (input_tensors is empty elsewhere).
         inputs = [[staging(t, write=False) for t in ts] for ts in input_tensors]
         return self._run(
-            "scatter", staging, output_tensors, lambda: self._gloo.scatter(outputs, inputs, opts)
+            "scatter",
+            staging,
+            output_tensors,
+            lambda: self._gloo.scatter(outputs, inputs, opts),
+            signature=f"root {opts.rootRank}, " + ", ".join(map(_describe, output_tensors)),
         )
 
     def barrier(self, opts):
