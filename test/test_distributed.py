@@ -23,13 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 NPROC = 2
 
 
-def torchrun(tmp_path, script, env=None, check=True, timeout=120):
+def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=("--standalone",)):
     """Run `script` under torchrun with NPROC ranks (cwd and OUT_DIR: tmp_path)."""
     path = tmp_path / "worker.py"
     path.write_text(textwrap.dedent(script))
     full_env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
     full_env.update(OUT_DIR=str(tmp_path), **(env or {}))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    cmd = [sys.executable, "-m", "torch.distributed.run", *launcher_args,
            f"--nproc-per-node={NPROC}", str(path)]
     # A session of its own, so a hang kills the launcher and its workers together.
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=full_env, text=True, start_new_session=True,
