@@ -227,6 +227,20 @@ with torch.spyre.stream(s):
     chained = work.get_future().then(lambda f: f.value()[0] * 10)
     out["future.then"] = chained.wait().cpu().tolist()
 
+# 4. wait(timeout) gives up, with a clear error, on a collective whose inputs
+#    are held (rank 0's stream is gated; rank 1 waits inside gloo meanwhile);
+#    once the gate opens, the collective completes on both ranks.
+from datetime import timedelta
+with torch.spyre.stream(s):
+    t = torch.full((2,), float(r + 1), device="spyre")
+    with Gate() as gate:
+        if r == 0:
+            gate.block(s)
+        work = dist.all_reduce(t, async_op=True)
+        out["timeout"] = error(lambda: work.wait(timedelta(milliseconds=300))) if r == 0 else None
+        gate.release()
+    out["after_timeout"] = [work.wait(), (t * 1).cpu().tolist()]
+
 # A collective from a second thread: same device, same group.
 def in_thread():
     t = spyre([10.0 * (r + 1)])
@@ -412,6 +426,15 @@ def test_wait_makes_the_current_stream_wait_without_a_host_wait(collectives):
         # Another stream still sees this rank's input: the copy back has not run.
         assert res["stream.other_stream_sees"] == [10.0 * (rank + 1)] * 2
         assert res["stream.later"] == [60.0, 60.0]  # (10 + 20) * 2, after the copy back
+
+
+def test_wait_with_a_timeout_gives_up_clearly(collectives):
+    assert collectives[0]["timeout"] == [
+        "RuntimeError",
+        "spyreccl: allreduce did not complete within 0:00:00.300000 (a rank did not join the "
+        "collective, or its inputs never became ready)",
+    ]
+    assert both(collectives, "after_timeout") == [[True, [3.0, 3.0]]] * 2
 
 
 def test_get_future_completes_in_stream_order_with_the_outputs(collectives):
