@@ -2,13 +2,16 @@
 
 Spyre has no collective engine of its own here, so spyreccl stages spyre
 tensors through pinned host memory and lets a gloo process group it owns (same
-store, rank and size) run the collective:
+store, rank and size) move the bytes, following the caller's streams as NCCL
+does:
 
 - at the call, spyre inputs are copied to the host on the caller's current
-  stream, and the host waits for those copies (the staging cost);
-- gloo runs the collective on the host copies;
-- `wait()` waits for gloo, then copies the results back into the spyre tensors
-  on the caller's current stream at that moment, in stream order (no host wait).
+  stream (enqueued: the host does not wait) and an event is recorded;
+- the group's progress thread, in call order, waits for that event and issues
+  the collective on gloo (after comparing it across ranks);
+- when gloo is done, the results are copied back on the group's communication
+  stream; `wait()` makes the caller's current stream wait for them and
+  `get_future()` completes a device future at the same point.
 
 CPU tensors go straight to gloo, so one process group serves both devices.
 `torch_spyre/__init__.py` registers the backend; this module loads lazily, at
@@ -180,8 +183,8 @@ class SpyreCCLWork(Work):
         self._done_event = None  # recorded on the comm stream after the copies back
         self._future = None
 
-    # Called once by the progress machinery, on the progress thread or on
-    # gloo's thread when its work completes.
+    # Called once, by the progress thread (the collective could not start) or
+    # the completion thread (gloo finished or failed).
     def _complete(self, error) -> None:
         if error is None and self._comm_stream is None:
             self._staging.finish()  # CPU twins only (PREMUL_SUM): plain copies
@@ -397,6 +400,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         self._set_default_backend(ProcessGroup.BackendType.GLOO)
         self._progress = _Progress(timeout)
         self._comm_stream = None
+        self._comm_stream_lock = threading.Lock()
         # SPYRECCL_CHECK=0 skips the cross-rank comparison of each collective
         # (one small gloo all-gather per staged collective).
         self._check = os.environ.get("SPYRECCL_CHECK", "1") != "0"
@@ -423,11 +427,12 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         spyre collectives compare it across ranks before moving any data."""
         comm = None
         if staging.spyre:
-            if self._comm_stream is None:
-                # The group's communication stream (NCCL's ncclStream): the
-                # copies back run on it, and wait() makes callers wait for it.
-                self._comm_stream = torch.spyre.Stream()
-            comm = self._comm_stream
+            with self._comm_stream_lock:
+                if self._comm_stream is None:
+                    # The group's communication stream (NCCL's ncclStream): the
+                    # copies back run on it, and wait() makes callers wait for it.
+                    self._comm_stream = torch.spyre.Stream()
+                comm = self._comm_stream
             for tensor, _ in staging.back:
                 if _is_spyre(tensor):
                     tensor.record_stream(comm)  # written on comm: not reused before
