@@ -172,6 +172,15 @@ run("all_reduce.cpu.PREMUL_SUM",
     lambda: torch.tensor([r + 1.0, 4.0 - r]))
 run("all_reduce.empty", lambda t, **kw: dist.all_reduce(t, **kw),
     lambda: torch.zeros(0, device="spyre"))
+# A large all_reduce (17 MiB: staged and reduced in uneven pieces).
+n = 17 * 2**20 // 4
+expected = torch.arange(n, dtype=torch.float32) * 2 + 1
+for mode in ("sync", "async"):
+    t = torch.arange(n, dtype=torch.float32, device="spyre") + r
+    work = dist.all_reduce(t, async_op=mode == "async")
+    if work is not None:
+        work.wait()
+    out[f"all_reduce.large.{mode}"] = torch.equal(t.cpu(), expected)
 work = dist.barrier(async_op=True)
 out["barrier"] = [work.wait(), dist.barrier()]
 
@@ -403,6 +412,11 @@ def test_all_reduce_every_op(collectives, op, expected, mode):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_collective_results(collectives, name, expected, mode):
     assert both(collectives, f"{name}.{mode}") == expected
+
+
+def test_large_all_reduce_in_pieces(collectives):
+    assert both(collectives, "all_reduce.large.sync") == [True, True]
+    assert both(collectives, "all_reduce.large.async") == [True, True]
 
 
 def test_async_work_wait_is_idempotent(collectives):

@@ -81,6 +81,11 @@ def _check_reduce_op(op, tensors) -> None:
             )
 
 
+# An all_reduce of a tensor this large is staged and reduced in this many
+# pieces, so the copies to the host overlap gloo's transfer.
+_PIPELINE_BYTES = 16 * 2**20
+_PIPELINE_PIECES = 4
+
 # The descriptions ranks compare before each staged collective (bytes, padded).
 _SIGNATURE_BYTES = 256
 
@@ -491,6 +496,14 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     # ---------------------------------------------------------- collectives
 
     def allreduce(self, tensors, opts):
+        if (
+            len(tensors) == 1
+            and _is_spyre(tensors[0])
+            and tensors[0].is_contiguous()
+            and tensors[0].nbytes >= _PIPELINE_BYTES
+            and opts.reduceOp != ReduceOp.PREMUL_SUM
+        ):
+            return self._allreduce_pipelined(tensors[0], opts)
         staging = _Staging()
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         _check_reduce_op(opts.reduceOp, tensors)
@@ -503,6 +516,35 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             return self._gloo.allreduce(hosts, opts)
 
         return self._run("allreduce", staging, tensors, launch, signature=signature)
+
+    def _allreduce_pipelined(self, tensor, opts):
+        """A large all_reduce in pieces: gloo reduces piece k while piece k+1
+        is still being copied to the host (each piece has its own event)."""
+        _check_reduce_op(opts.reduceOp, [tensor])
+        signature = f"{opts.reduceOp.op.name}, {_describe(tensor)}"
+        flat = tensor.view(-1)
+        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        step = -(-flat.numel() // _PIPELINE_PIECES)
+        pieces, ready = [], []
+        for start in range(0, flat.numel(), step):
+            piece = slice(start, min(start + step, flat.numel()))
+            host[piece].copy_(flat[piece], non_blocking=True)  # the caller's stream
+            event = torch.spyre.Event()
+            event.record()
+            pieces.append(piece)
+            ready.append(event)
+        staging = _Staging()
+        staging.staged = staging.spyre = True  # `reads` stays False: launch waits per piece
+        staging.back = [(flat, host)]
+
+        def launch():
+            works = []
+            for piece, event in zip(pieces, ready):
+                event.synchronize()
+                works.append(self._gloo.allreduce([host[piece]], opts))
+            return _AllOf(works)
+
+        return self._run("allreduce", staging, [tensor], launch, signature=signature)
 
     def broadcast(self, tensors, opts):
         staging = _Staging()
