@@ -267,6 +267,7 @@ out["all_to_all.spyre"] = error(
     lambda: dist.all_to_all([spyre([0.0]), spyre([0.0])], [spyre([1.0]), spyre([2.0])]))
 out["broadcast.bad_root"] = error(lambda: dist.broadcast(spyre([1.0]), src=5))
 # Bad input refused at the call, naming the value.
+out["other_device"] = error(lambda: dist.all_reduce(torch.ones(1, device=f"spyre:{1 - r}")))
 out["avg_int"] = error(lambda: dist.all_reduce(spyre([1, 2], torch.int64), op=R.AVG))
 out["band_float"] = error(lambda: dist.all_reduce(spyre([1.0]), op=R.BAND, async_op=True))
 # A collective that does not match across ranks (dtypes differ) fails on every
@@ -473,6 +474,13 @@ def test_errors_propagate(collectives):
     assert both(collectives, "all_to_all.spyre") == [unsupported] * 2
     bad_root = ["RuntimeError", "ProcessGroupGloo::broadcast: invalid root rank: 5"]
     assert both(collectives, "broadcast.bad_root") == [bad_root] * 2
+    for rank, res in enumerate(collectives):
+        assert res["other_device"] == [
+            "RuntimeError",
+            f"Only one Spyre device per process is supported: this process is bound to "
+            f"spyre:{rank} but spyre:{1 - rank} was requested (run one process per device, e.g. "
+            "with torchrun)",
+        ]
     assert both(collectives, "avg_int") == [[
         "ValueError",
         "spyreccl: ReduceOp.AVG needs a floating point tensor, got torch.int64; use "
