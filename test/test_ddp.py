@@ -162,3 +162,21 @@ def test_ddp_matches_the_single_process_run(trained, name):
 def test_worker_results_are_json(trained):
     assert json.loads(json.dumps(trained[0]))  # the fixture really ran every config
     assert sorted(trained[0]) == sorted(CONFIGS)
+
+
+@pytest.mark.slow
+def test_distributed_benchmark_quick_run(tmp_path):
+    # benchmarks/distributed.py (docs/performance.md) runs and reports every row;
+    # speed itself is never asserted.
+    from test_distributed import ROOT
+
+    results = tmp_path / "rows.json"
+    script = (ROOT / "benchmarks" / "distributed.py").read_text()
+    script = script.replace("args = parser.parse_args()",
+                            f"args = parser.parse_args(['--quick', '--json', {str(results)!r}])")
+    torchrun(tmp_path, script, timeout=300)
+    rows = json.loads(results.read_text())
+    assert sorted(rows) == ["dist.all_reduce_64mib", "dist.ddp_backward_overlap",
+                            "dist.ddp_step_mlp4"]
+    for row in rows.values():
+        assert row["ours"] > 0 and row["ref"] > 0
