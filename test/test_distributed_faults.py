@@ -58,6 +58,53 @@ def test_a_rank_dying_mid_collective_fails_the_others_clearly(tmp_path):
     assert res["t"] == [2.0] * 4
 
 
+def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_path):
+    # Rank 0's stream fails (an injected fault) before the collective's staging
+    # copies run: they are discarded, so rank 0 cannot take part. Every rank
+    # gets the same error instead of rank 1 reducing garbage or waiting for the
+    # timeout, and the group keeps working.
+    torchrun(
+        tmp_path,
+        PRELUDE
+        + textwrap.dedent(
+            """
+        from torch_spyre.testing import Gate, inject_fault
+        dist.init_process_group()
+        r = dist.get_rank()
+        s = torch.spyre.Stream()
+        with torch.spyre.stream(s):
+            t = torch.full((2,), r + 1.0, device="spyre")
+            with Gate() as gate:
+                gate.block(s)  # holds the fault and the staging copies until both are queued
+                if r == 0:
+                    inject_fault(s, "injected: the card failed")
+                    t.fill_(5.0)  # fails when the gate opens
+                work = dist.all_reduce(t, async_op=True)
+                gate.release()
+            out["wait"] = error(work.wait)
+            out["stream"] = [s.stream_id, error(s.synchronize)]
+        t = torch.full((2,), r + 1.0, device="spyre")
+        dist.all_reduce(t)
+        out["after"] = t.cpu().tolist()
+        dist.destroy_process_group()
+        save()
+        """
+        ),
+    )
+    results = rank_results(tmp_path)
+    stream_id = results[0]["stream"][0]
+    failed = [
+        "RuntimeError",
+        f"spyreccl: allreduce failed before moving any data (rank 0: its inputs were never "
+        f"read: stream {stream_id} failed before the collective)",
+    ]
+    assert [res["wait"] for res in results] == [failed, failed]
+    # The stream's own error is still reported to its owner, once.
+    assert results[0]["stream"][1] == ["RuntimeError", "injected: the card failed"]
+    assert results[1]["stream"][1] is None
+    assert [res["after"] for res in results] == [[3.0, 3.0], [3.0, 3.0]]
+
+
 def test_torchrun_max_restarts_recovers_from_a_rank_failing_once(tmp_path):
     proc = torchrun(
         tmp_path,

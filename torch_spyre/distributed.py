@@ -296,10 +296,11 @@ class _Progress:
     def submit(self, name, staging, outputs, launch, comm_stream, direct=True) -> Work:
         """`launch()` issues the gloo collective; it runs here (CPU tensors,
         nothing queued, `direct`: it returns a gloo work) or on the thread."""
-        called = None
+        called = caller = None
         if staging.staged and comm_stream is not None:
+            caller = torch.spyre.current_stream()
             called = torch.spyre.Event()
-            called.record()  # the caller's current stream, after the staging copies
+            called.record(caller)  # after the staging copies
         with self._lock:
             if direct and not staging.staged and self._pending == 0:
                 return launch()  # CPU tensors used as they are: gloo's own work
@@ -311,7 +312,7 @@ class _Progress:
                     target=_progress_loop, args=(self,), name="spyreccl-progress", daemon=True
                 )
                 self._thread.start()
-            self._queue.put((ready, launch, work))
+            self._queue.put((ready, caller, launch, work))
         return work
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -348,23 +349,31 @@ def _progress_loop(progress: _Progress) -> None:
             finished.put(None)
             completer.join()
             return
-        ready, launch, work = item
+        ready, caller, launch, work = item
         item = None
-        error = inner = None
+        error = inner = why = None
         try:
             if ready is not None:
                 ready.synchronize()
+                if torch.spyre.stream_get_error(caller) != torch.spyre.SpyreStreamError.Success:
+                    # The stream failed before the staging copies ran: they
+                    # were discarded (its next synchronize() raises why).
+                    why = (f"its inputs were never read: stream {caller.stream_id} failed "
+                           "before the collective")
+                    error = RuntimeError(f"spyreccl: {work._name}: {why}")
         except BaseException as e:  # noqa: B036 (handed to the waiters)
             error = e
         with progress._lock:
             progress._pending -= 1
-            if error is None:
-                try:
+            try:
+                if error is None:
                     inner = launch()
-                except BaseException as e:  # noqa: B036
-                    error = e
+                elif getattr(launch, "reports_failure", False):
+                    launch(failure=why or str(error))  # raises on every rank, this one too
+            except BaseException as e:  # noqa: B036
+                error = e
         finished.put((inner, error, work))
-        ready = launch = work = inner = None  # drop them here, not at the next item
+        ready = caller = launch = work = inner = None  # drop them now, not at the next item
 
 
 def _completion_loop(finished) -> None:
@@ -444,9 +453,13 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             if signature is not None and self._check:
                 described, collective = f"{name}({signature})", launch
 
-                def launch():
-                    self._check_signature(name, described)
+                def launch(failure=None):
+                    # failure: this rank cannot take part (its inputs were
+                    # lost); the comparison then fails on every rank.
+                    self._check_signature(name, described if failure is None else "!" + failure)
                     return collective()
+
+                launch.reports_failure = True
 
         return self._progress.submit(name, staging, outputs, launch, comm, direct)
 
@@ -463,6 +476,10 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             bytes(row.tolist()).rstrip(b"\0").decode(errors="replace")
             for row in every.view(self.size(), _SIGNATURE_BYTES)
         ]
+        failed = [(r, row[1:]) for r, row in enumerate(rows) if row.startswith("!")]
+        if failed:
+            ranks = "; ".join(f"rank {r}: {why}" for r, why in failed)
+            raise RuntimeError(f"spyreccl: {name} failed before moving any data ({ranks})")
         if any(row != rows[0] for row in rows):
             ranks = "; ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
             raise RuntimeError(
@@ -709,7 +726,11 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         return self._cpu("barrier", lambda: self._gloo.barrier(opts))
 
     def shutdown(self) -> None:
+        """destroy_process_group: finish what is queued, then let the copies
+        back still on the comm stream complete before gloo goes away."""
         self._progress.stop()
+        if self._comm_stream is not None:
+            self._comm_stream.synchronize()
         self._gloo.shutdown()
 
     # The other collectives and point-to-point ops of torch.distributed.
