@@ -2,20 +2,27 @@
 
 Spyre has no collective engine of its own here, so spyreccl stages spyre
 tensors through pinned host memory and lets a gloo process group it owns (same
-store, rank and size) run the collective:
+store, rank and size) move the bytes, following the caller's streams as NCCL
+does:
 
 - at the call, spyre inputs are copied to the host on the caller's current
-  stream, and the host waits for those copies (the staging cost);
-- gloo runs the collective on the host copies;
-- `wait()` waits for gloo, then copies the results back into the spyre tensors
-  on the caller's current stream at that moment, in stream order (no host wait).
+  stream (enqueued: the host does not wait) and an event is recorded;
+- the group's progress thread, in call order, waits for that event and issues
+  the collective on gloo (after comparing it across ranks);
+- when gloo is done, the results are copied back on the group's communication
+  stream; `wait()` makes the caller's current stream wait for them and
+  `get_future()` completes a device future at the same point.
 
 CPU tensors go straight to gloo, so one process group serves both devices.
 `torch_spyre/__init__.py` registers the backend; this module loads lazily, at
 the first process group that uses it.
 """
 
+import atexit
+import os
+import queue
 import threading
+import weakref
 from datetime import timedelta
 
 import torch
@@ -55,6 +62,34 @@ def _any_spyre(args) -> bool:
     return False
 
 
+def _describe(tensor) -> str:
+    return f"{tensor.dtype} {list(tensor.shape)}"
+
+
+def _check_reduce_op(op, tensors) -> None:
+    """Refuse at the call what gloo would refuse later with a vaguer message."""
+    name = op.op.name
+    for t in tensors:
+        if name == "AVG" and not (t.is_floating_point() or t.is_complex()):
+            raise ValueError(
+                f"spyreccl: ReduceOp.AVG needs a floating point tensor, got {t.dtype}; "
+                "use ReduceOp.SUM and divide"
+            )
+        if name in ("BAND", "BOR", "BXOR") and (t.is_floating_point() or t.is_complex()):
+            raise ValueError(
+                f"spyreccl: ReduceOp.{name} needs an integer or bool tensor, got {t.dtype}"
+            )
+
+
+# An all_reduce of a tensor this large is staged and reduced in this many
+# pieces, so the copies to the host overlap gloo's transfer.
+_PIPELINE_BYTES = 16 * 2**20
+_PIPELINE_PIECES = 4
+
+# The descriptions ranks compare before each staged collective (bytes, padded).
+_SIGNATURE_BYTES = 256
+
+
 SUPPORTED = (
     "all_reduce",
     "broadcast",
@@ -62,6 +97,11 @@ SUPPORTED = (
     "all_gather",
     "all_gather_into_tensor",
     "reduce_scatter_tensor",
+    "gather",
+    "scatter",
+    "all_to_all_single",
+    "all_gather_single_coalesced",
+    "reduce_scatter_single_coalesced",
     "barrier",
 )
 
@@ -76,102 +116,283 @@ def _cpu_only(name, gloo_name):
                 f"{', '.join(SUPPORTED)}); copy the tensors to the cpu first"
             )
         # Not ProcessGroup.<name>: c10d's Python trampoline would call us again.
-        return getattr(self._gloo, gloo_name)(*args)
+        return self._cpu(name, lambda: getattr(self._gloo, gloo_name)(*args))
 
     method.__name__ = name
     return method
 
 
 class _Staging:
-    """Host twins of one collective's tensors, and the copies back at wait()."""
+    """Host twins of one collective's tensors, and the copies back."""
 
     def __init__(self):
         self.staged = False  # any twin: the work is a SpyreCCLWork
-        self._reads = False
-        self._back = []  # (tensor, host twin) pairs copied back at wait()
+        self.spyre = False  # any spyre tensor
+        self.reads = False  # any device-to-host copy was enqueued
+        self.back = []  # (tensor, host twin) pairs copied back at completion
 
     def __call__(self, tensor, *, read=True, write=True, private=False):
         """The tensor gloo should use in place of `tensor`.
 
-        read: the collective reads it (copy the data over now).
-        write: the collective writes it (copy the result back at wait()).
+        read: the collective reads it (copy the data over, in stream order).
+        write: the collective writes it (copy the result back at completion).
         private: use a twin even for a CPU tensor (its data must stay intact).
         """
         if not (_is_spyre(tensor) or private):
             return tensor
         self.staged = True
-        # Contiguous, pinned (so the copy back needs no host wait) and
-        # allocated per call: gloo writes into it from its own threads.
-        host = torch.empty(
-            tensor.shape, dtype=tensor.dtype, pin_memory=_is_spyre(tensor)
-        )
+        self.spyre = self.spyre or _is_spyre(tensor)
+        # Contiguous, pinned (so the copies are only enqueued) and allocated
+        # per call: gloo writes into it from its own threads.
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=_is_spyre(tensor))
         if read:
+            # On the caller's current stream: it reads what was enqueued before.
             host.copy_(tensor, non_blocking=True)
-            self._reads = self._reads or _is_spyre(tensor)
+            self.reads = self.reads or _is_spyre(tensor)
         if write:
-            self._back.append((tensor, host))
+            self.back.append((tensor, host))
         return host
 
-    def ready(self) -> None:
-        """Block until the device-to-host copies issued so far have run."""
-        if self._reads:
-            done = torch.spyre.Event()
-            done.record()  # the caller's current stream
-            done.synchronize()
-            self._reads = False
-
     def finish(self) -> None:
-        for tensor, host in self._back:
-            # On the current stream of whoever waits; pinned source: returns at
-            # once, and the copy keeps `host` alive until it has run.
+        for tensor, host in self.back:
+            # On the current stream; pinned source: returns at once, and the
+            # copy keeps `host` alive until it has run.
             tensor.copy_(host, non_blocking=True)
 
 
 class SpyreCCLWork(Work):
-    """An async spyreccl collective.
+    """A spyreccl collective in flight (docs/distributed.md, "Streams").
 
-    `wait()` blocks the host until gloo has finished, then enqueues the copies
-    of the results into the spyre tensors on the caller's current stream: work
-    enqueued after `wait()` on that stream sees the results. Waiting again
-    does nothing; a failure is raised by every `wait()` and nothing is copied.
+    The inputs were read in stream order at the call; the group's progress
+    thread hands the host copies to gloo once they are there, and when gloo is
+    done the results are copied back on the group's communication stream.
+    `wait()` blocks the host until gloo has finished, then makes the caller's
+    current stream wait for the copies back (no host wait for the device), as
+    NCCL's `wait()` makes it wait for the collective. `get_future()` is a
+    `torch.futures.Future` completed with the output tensors at the same point
+    in stream order. A failure is raised by every `wait()` and nothing is
+    copied back.
     """
 
-    def __init__(self, inner: Work, staging: _Staging, name: str):
+    def __init__(self, name, staging, outputs, comm_stream, called, timeout):
         super().__init__()
-        self._inner = inner
-        self._staging = staging
         self._name = name
+        self._staging = staging
+        self._outputs = outputs
+        self._comm_stream = comm_stream  # None: no spyre tensor
+        self._called = called  # recorded on the caller's stream after the staging copies
+        self._timeout = timeout
         self._lock = threading.Lock()
-        self._done = False
+        self._finished = threading.Event()
         self._error = None
+        self._done_event = None  # recorded on the comm stream after the copies back
+        self._future = None
+
+    # Called once, by the progress thread (the collective could not start) or
+    # the completion thread (gloo finished or failed).
+    def _complete(self, error) -> None:
+        if error is None and self._comm_stream is None:
+            self._staging.finish()  # CPU twins only (PREMUL_SUM): plain copies
+        elif error is None:
+            try:
+                with torch.spyre.stream(self._comm_stream):
+                    if self._called is not None:
+                        self._comm_stream.wait_event(self._called)  # WAW/WAR on the outputs
+                    self._staging.finish()
+                    self._done_event = torch.spyre.Event()
+                    self._done_event.record(self._comm_stream)
+            except BaseException as e:  # noqa: B036 (handed to every waiter)
+                error = e
+        with self._lock:
+            self._error = error
+            self._staging = None  # drop the host buffers (the copies keep theirs)
+            self._called = None
+            future = self._future
+            self._finished.set()
+        if future is not None:
+            self._settle(future)
+
+    def _settle(self, future) -> None:
+        if self._error is not None:
+            future.set_exception(self._error)
+        elif self._comm_stream is None:
+            future.set_result(self._outputs)
+        else:
+            # A device future records its completion on the current stream:
+            # the comm stream, after the copies back.
+            with torch.spyre.stream(self._comm_stream):
+                future.set_result(self._outputs)
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT) -> bool:
+        limit = timeout if timeout > _NO_TIMEOUT else self._timeout
+        if not self._finished.wait(limit.total_seconds()):
+            raise RuntimeError(
+                f"spyreccl: {self._name} did not complete within {limit} "
+                "(a rank did not join the collective, or its inputs never became ready)"
+            )
+        if self._error is not None:
+            raise self._error
+        if self._done_event is not None:
+            torch.spyre.current_stream().wait_event(self._done_event)
+        return True
+
+    def get_future(self) -> torch.futures.Future:
         with self._lock:
-            if self._error is not None:
-                raise self._error
-            if not self._done:
-                try:
-                    self._inner.wait(timeout)
-                    self._staging.finish()
-                except BaseException as e:
-                    self._error = e
-                    raise
-                self._done = True
-                self._staging = None  # drop the host buffers
-            return True
+            if self._future is None:
+                devices = [] if self._comm_stream is None else [self._comm_stream.device]
+                self._future = torch.futures.Future(devices=devices)
+                settle = self._finished.is_set()
+            else:
+                settle = False
+            future = self._future
+        if settle:
+            self._settle(future)
+        return future
 
     def is_completed(self) -> bool:
-        return self._done or self._error is not None
+        return self._finished.is_set()
 
     def is_success(self) -> bool:
-        return self._done
+        return self._finished.is_set() and self._error is None
 
     def exception(self):
         return self._error
 
     def __repr__(self):
-        state = "failed" if self._error else "done" if self._done else "pending"
+        state = (
+            "pending" if not self._finished.is_set() else "failed" if self._error else "done"
+        )
         return f"SpyreCCLWork({self._name}, {state})"
+
+
+class _AllOf:
+    """Several gloo works waited on as one (the coalesced collectives)."""
+
+    def __init__(self, works):
+        self._works = works
+
+    def wait(self, timeout: timedelta = _NO_TIMEOUT) -> bool:
+        for work in self._works:
+            work.wait(timeout)
+        return True
+
+
+class _Progress:
+    """Hands a group's collectives to gloo in call order, each once its inputs
+    are on the host, without blocking the callers (one daemon thread per group).
+
+    gloo matches collectives across ranks by the order they are issued, so
+    while anything is queued here, collectives on CPU tensors queue behind it.
+    """
+
+    def __init__(self, timeout):
+        self._timeout = timeout
+        self._lock = threading.Lock()  # order of launches; `_pending`
+        self._pending = 0
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        _LIVE_PROGRESS.add(self)
+
+    def submit(self, name, staging, outputs, launch, comm_stream, direct=True) -> Work:
+        """`launch()` issues the gloo collective; it runs here (CPU tensors,
+        nothing queued, `direct`: it returns a gloo work) or on the thread."""
+        called = caller = None
+        if staging.staged and comm_stream is not None:
+            caller = torch.spyre.current_stream()
+            called = torch.spyre.Event()
+            called.record(caller)  # after the staging copies
+        with self._lock:
+            if direct and not staging.staged and self._pending == 0:
+                return launch()  # CPU tensors used as they are: gloo's own work
+            work = SpyreCCLWork(name, staging, outputs, comm_stream, called, self._timeout)
+            ready = called if staging.reads else None
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=_progress_loop, args=(self,), name="spyreccl-progress", daemon=True
+                )
+                self._thread.start()
+            self._queue.put((ready, caller, launch, work))
+        return work
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Let the threads finish what is queued and exit; join them, so none
+        is still running (and dropping objects) when the interpreter exits."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+
+# Groups never destroyed: their threads are stopped at exit, before the
+# interpreter finalizes (a daemon thread waking up then would abort it).
+_LIVE_PROGRESS = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_progress() -> None:
+    for progress in list(_LIVE_PROGRESS):
+        progress.stop(timeout=1.0)
+
+
+def _progress_loop(progress: _Progress) -> None:
+    """Launcher: in call order, wait for each collective's staging copies
+    (a host wait without the GIL), then issue it on gloo."""
+    finished = queue.SimpleQueue()
+    completer = threading.Thread(
+        target=_completion_loop, args=(finished,), name="spyreccl-completion", daemon=True
+    )
+    completer.start()
+    while True:
+        item = progress._queue.get()
+        if item is None:
+            finished.put(None)
+            completer.join()
+            return
+        ready, caller, launch, work = item
+        item = None
+        error = inner = why = None
+        try:
+            if ready is not None:
+                ready.synchronize()
+                if torch.spyre.stream_get_error(caller) != torch.spyre.SpyreStreamError.Success:
+                    # The stream failed before the staging copies ran: they
+                    # were discarded (its next synchronize() raises why).
+                    why = (f"its inputs were never read: stream {caller.stream_id} failed "
+                           "before the collective")
+                    error = RuntimeError(f"spyreccl: {work._name}: {why}")
+        except BaseException as e:  # noqa: B036 (handed to the waiters)
+            error = e
+        with progress._lock:
+            progress._pending -= 1
+            try:
+                if error is None:
+                    inner = launch()
+                elif getattr(launch, "reports_failure", False):
+                    launch(failure=why or str(error))  # raises on every rank, this one too
+            except BaseException as e:  # noqa: B036
+                error = e
+        finished.put((inner, error, work))
+        ready = caller = launch = work = inner = None  # drop them now, not at the next item
+
+
+def _completion_loop(finished) -> None:
+    """Completer: wait for gloo (not every gloo work has a future), in order,
+    then copy the results back. Separate from the launcher so the next
+    collective's staging wait overlaps this one's transfer."""
+    while True:
+        item = finished.get()
+        if item is None:
+            return
+        inner, error, work = item
+        item = None
+        if error is None:
+            try:
+                inner.wait()
+            except BaseException as e:  # noqa: B036
+                error = e
+        work._complete(error)
+        inner = work = error = None
 
 
 class ProcessGroupSpyreCCL(ProcessGroup):
@@ -191,6 +412,12 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             self._gloo.options.group_name = group_name
         self._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, self._gloo)
         self._set_default_backend(ProcessGroup.BackendType.GLOO)
+        self._progress = _Progress(timeout)
+        self._comm_stream = None
+        self._comm_stream_lock = threading.Lock()
+        # SPYRECCL_CHECK=0 skips the cross-rank comparison of each collective
+        # (one small gloo all-gather per staged collective).
+        self._check = os.environ.get("SPYRECCL_CHECK", "1") != "0"
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
@@ -209,58 +436,174 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
     # ---------------------------------------------------------- helpers
 
-    def _run(self, name, staging, launch) -> Work:
-        staging.ready()
-        inner = launch()
-        if not staging.staged:
-            return inner  # CPU tensors used as they are: gloo's own work
-        return SpyreCCLWork(inner, staging, name)
+    def _run(self, name, staging, outputs, launch, direct=True, signature=None) -> Work:
+        """`signature`: what must be the same on every rank (dtype, shapes, op);
+        spyre collectives compare it across ranks before moving any data."""
+        comm = None
+        if staging.spyre:
+            with self._comm_stream_lock:
+                if self._comm_stream is None:
+                    # The group's communication stream (NCCL's ncclStream): the
+                    # copies back run on it, and wait() makes callers wait for it.
+                    self._comm_stream = torch.spyre.Stream()
+                comm = self._comm_stream
+            for tensor, _ in staging.back:
+                if _is_spyre(tensor):
+                    tensor.record_stream(comm)  # written on comm: not reused before
+            if signature is not None and self._check:
+                described, collective = f"{name}({signature})", launch
+
+                def launch(failure=None):
+                    # failure: this rank cannot take part (its inputs were
+                    # lost); the comparison then fails on every rank.
+                    self._check_signature(name, described if failure is None else "!" + failure)
+                    return collective()
+
+                launch.reports_failure = True
+
+        return self._progress.submit(name, staging, outputs, launch, comm, direct)
+
+    def _check_signature(self, name, described) -> None:
+        """All-gather every rank's description of the collective (gloo, on the
+        progress thread, in order) and refuse a mismatch on every rank: gloo
+        itself would abort the process on a size mismatch."""
+        raw = described.encode()[:_SIGNATURE_BYTES]
+        mine = torch.zeros(_SIGNATURE_BYTES, dtype=torch.uint8)
+        mine[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        every = torch.empty(self.size() * _SIGNATURE_BYTES, dtype=torch.uint8)
+        self._gloo._allgather_base(every, mine).wait()
+        rows = [
+            bytes(row.tolist()).rstrip(b"\0").decode(errors="replace")
+            for row in every.view(self.size(), _SIGNATURE_BYTES)
+        ]
+        failed = [(r, row[1:]) for r, row in enumerate(rows) if row.startswith("!")]
+        if failed:
+            ranks = "; ".join(f"rank {r}: {why}" for r, why in failed)
+            raise RuntimeError(f"spyreccl: {name} failed before moving any data ({ranks})")
+        if any(row != rows[0] for row in rows):
+            ranks = "; ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
+            raise RuntimeError(
+                f"spyreccl: {name} does not match across ranks ({ranks}): every rank "
+                "must call the same collective with the same dtypes and shapes"
+            )
+
+    def _cpu(self, name, launch) -> Work:
+        """A collective on CPU tensors only, in order with the queued ones."""
+        return self._progress.submit(name, _Staging(), [], launch, None)
 
     @staticmethod
-    def _premul(opts, staging, hosts) -> None:
-        """PREMUL_SUM (not in gloo): SUM over private copies scaled by the factor."""
+    def _premul(opts, hosts):
+        """PREMUL_SUM (not in gloo): SUM over private copies scaled by the factor.
+
+        Returns what to run once the copies are on the host (before gloo)."""
         op = opts.reduceOp
         if op != ReduceOp.PREMUL_SUM:
-            return
+            return lambda: None
         factor = op.factor
         if isinstance(factor, torch.Tensor):
             factor = factor.to("cpu")
-        staging.ready()
-        for host in hosts:
-            host.mul_(factor)
         opts.reduceOp = ReduceOp.SUM
+
+        def scale():
+            for host in hosts:
+                host.mul_(factor)
+
+        return scale
 
     # ---------------------------------------------------------- collectives
 
     def allreduce(self, tensors, opts):
+        if (
+            len(tensors) == 1
+            and _is_spyre(tensors[0])
+            and tensors[0].is_contiguous()
+            and tensors[0].nbytes >= _PIPELINE_BYTES
+            and opts.reduceOp != ReduceOp.PREMUL_SUM
+        ):
+            return self._allreduce_pipelined(tensors[0], opts)
         staging = _Staging()
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
+        _check_reduce_op(opts.reduceOp, tensors)
+        signature = f"{opts.reduceOp.op.name}, " + ", ".join(map(_describe, tensors))
         hosts = [staging(t, private=private) for t in tensors]
-        self._premul(opts, staging, hosts)
-        return self._run("allreduce", staging, lambda: self._gloo.allreduce(hosts, opts))
+        scale = self._premul(opts, hosts)
+
+        def launch():
+            scale()
+            return self._gloo.allreduce(hosts, opts)
+
+        return self._run("allreduce", staging, tensors, launch, signature=signature)
+
+    def _allreduce_pipelined(self, tensor, opts):
+        """A large all_reduce in pieces: gloo reduces piece k while piece k+1
+        is still being copied to the host (each piece has its own event)."""
+        _check_reduce_op(opts.reduceOp, [tensor])
+        signature = f"{opts.reduceOp.op.name}, {_describe(tensor)}"
+        flat = tensor.view(-1)
+        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        step = -(-flat.numel() // _PIPELINE_PIECES)
+        pieces, ready = [], []
+        for start in range(0, flat.numel(), step):
+            piece = slice(start, min(start + step, flat.numel()))
+            host[piece].copy_(flat[piece], non_blocking=True)  # the caller's stream
+            event = torch.spyre.Event()
+            event.record()
+            pieces.append(piece)
+            ready.append(event)
+        staging = _Staging()
+        staging.staged = staging.spyre = True  # `reads` stays False: launch waits per piece
+        staging.back = [(flat, host)]
+
+        def launch():
+            works = []
+            for piece, event in zip(pieces, ready):
+                event.synchronize()
+                works.append(self._gloo.allreduce([host[piece]], opts))
+            return _AllOf(works)
+
+        return self._run("allreduce", staging, [tensor], launch, signature=signature)
 
     def broadcast(self, tensors, opts):
         staging = _Staging()
         root = self.rank() == opts.rootRank
         # The root only sends, the others only receive.
         hosts = [staging(t, read=root, write=not root) for t in tensors]
-        return self._run("broadcast", staging, lambda: self._gloo.broadcast(hosts, opts))
+        return self._run(
+            "broadcast",
+            staging,
+            tensors,
+            lambda: self._gloo.broadcast(hosts, opts),
+            signature=f"root {opts.rootRank}, " + ", ".join(map(_describe, tensors)),
+        )
 
     def reduce(self, tensors, opts):
         staging = _Staging()
         root = self.rank() == opts.rootRank
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         # Only the root receives the result; the others' tensors stay as they were.
+        _check_reduce_op(opts.reduceOp, tensors)
+        signature = f"{opts.reduceOp.op.name}, root {opts.rootRank}, " + ", ".join(
+            map(_describe, tensors)
+        )
         hosts = [staging(t, write=root, private=private) for t in tensors]
-        self._premul(opts, staging, hosts)
-        return self._run("reduce", staging, lambda: self._gloo.reduce(hosts, opts))
+        scale = self._premul(opts, hosts)
+
+        def launch():
+            scale()
+            return self._gloo.reduce(hosts, opts)
+
+        return self._run("reduce", staging, tensors, launch, signature=signature)
 
     def allgather(self, output_tensors, input_tensors, opts):
         staging = _Staging()
         outputs = [[staging(t, read=False) for t in ts] for ts in output_tensors]
         inputs = [staging(t, write=False) for t in input_tensors]
         return self._run(
-            "allgather", staging, lambda: self._gloo.allgather(outputs, inputs, opts)
+            "allgather",
+            staging,
+            output_tensors,
+            lambda: self._gloo.allgather(outputs, inputs, opts),
+            signature=", ".join(map(_describe, input_tensors)),
         )
 
     def _allgather_base(self, output, input, opts):
@@ -270,7 +613,9 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         return self._run(
             "all_gather_single",
             staging,
+            [output],
             lambda: self._gloo._allgather_base(host_out, host_in, opts),
+            signature=_describe(input),
         )
 
     all_gather_single = _allgather_base
@@ -279,26 +624,118 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         staging = _Staging()
         host_out = staging(output, read=False)
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
+        _check_reduce_op(opts.reduceOp, [input])
+        signature = f"{opts.reduceOp.op.name}, {_describe(input)}"
         host_in = staging(input, write=False, private=private)
-        self._premul(opts, staging, [host_in])
-        return self._run(
-            "reduce_scatter_single",
-            staging,
-            lambda: self._gloo._reduce_scatter_base(host_out, host_in, opts),
-        )
+        scale = self._premul(opts, [host_in])
+
+        def launch():
+            scale()
+            return self._gloo._reduce_scatter_base(host_out, host_in, opts)
+
+        return self._run("reduce_scatter_single", staging, [output], launch, signature=signature)
 
     reduce_scatter_single = _reduce_scatter_base
 
+    # The coalesced forms (functional collectives: DTensor, FSDP): one work
+    # for every pair, each pair run as its single-tensor collective on gloo.
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        staging = _Staging()
+        pairs = [(staging(o, read=False), staging(i, write=False)) for o, i in zip(outputs, inputs)]
+        return self._run(
+            "all_gather_single_coalesced",
+            staging,
+            outputs,
+            lambda: _AllOf([self._gloo._allgather_base(o, i, opts) for o, i in pairs]),
+            direct=False,
+            signature=", ".join(map(_describe, inputs)),
+        )
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        staging = _Staging()
+        private = opts.reduceOp == ReduceOp.PREMUL_SUM
+        _check_reduce_op(opts.reduceOp, inputs)
+        signature = f"{opts.reduceOp.op.name}, " + ", ".join(map(_describe, inputs))
+        pairs = [
+            (staging(o, read=False), staging(i, write=False, private=private))
+            for o, i in zip(outputs, inputs)
+        ]
+        scale = self._premul(opts, [i for _, i in pairs])
+
+        def launch():
+            scale()
+            return _AllOf([self._gloo._reduce_scatter_base(o, i, opts) for o, i in pairs])
+
+        return self._run(
+            "reduce_scatter_single_coalesced",
+            staging,
+            outputs,
+            launch,
+            direct=False,
+            signature=signature,
+        )
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
+        staging = _Staging()
+        host_out = staging(output, read=False)
+        host_in = staging(input, write=False)
+        return self._run(
+            "all_to_all_single",
+            staging,
+            [output],
+            lambda: self._gloo.alltoall_base(
+                host_out, host_in, output_split_sizes, input_split_sizes, opts
+            ),
+            signature=str(input.dtype),  # split sizes may differ by rank
+        )
+
+    alltoall_base = all_to_all_single
+
+    def gather(self, output_tensors, input_tensors, opts):
+        staging = _Staging()
+        # Only the root receives (output_tensors is empty elsewhere).
+        outputs = [[staging(t, read=False) for t in ts] for ts in output_tensors]
+        inputs = [staging(t, write=False) for t in input_tensors]
+        return self._run(
+            "gather",
+            staging,
+            output_tensors,
+            lambda: self._gloo.gather(outputs, inputs, opts),
+            signature=f"root {opts.rootRank}, " + ", ".join(map(_describe, input_tensors)),
+        )
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        staging = _Staging()
+        outputs = [staging(t, read=False) for t in output_tensors]
+        # Only the root sends (input_tensors is empty elsewhere).
+        inputs = [[staging(t, write=False) for t in ts] for ts in input_tensors]
+        return self._run(
+            "scatter",
+            staging,
+            output_tensors,
+            lambda: self._gloo.scatter(outputs, inputs, opts),
+            signature=f"root {opts.rootRank}, " + ", ".join(map(_describe, output_tensors)),
+        )
+
     def barrier(self, opts):
         # A host barrier: it does not wait for device work (synchronize first).
-        return self._gloo.barrier(opts)
+        return self._cpu("barrier", lambda: self._gloo.barrier(opts))
+
+    def shutdown(self) -> None:
+        """destroy_process_group: finish what is queued, then let the copies
+        back still on the comm stream complete before gloo goes away."""
+        self._progress.stop()
+        if self._comm_stream is not None:
+            self._comm_stream.synchronize()
+        self._gloo.shutdown()
 
     # The other collectives and point-to-point ops of torch.distributed.
-    gather = _cpu_only("gather", "gather")
-    scatter = _cpu_only("scatter", "scatter")
     reduce_scatter = _cpu_only("reduce_scatter", "reduce_scatter")
     alltoall = _cpu_only("alltoall", "alltoall")
-    all_to_all_single = _cpu_only("all_to_all_single", "alltoall_base")
     send = _cpu_only("send", "send")
     recv = _cpu_only("recv", "recv")
     recv_anysource = _cpu_only("recv_anysource", "recv_anysource")

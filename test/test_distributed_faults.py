@@ -1,0 +1,203 @@
+"""Issue 18: faults in torchrun jobs, and a job across two "nodes".
+
+A rank that dies mid-collective makes the others fail with a clear error
+within the process group's timeout; `torchrun --max-restarts=1` restarts a job
+whose rank fails once and the job completes; two torchrun launches joined by a
+c10d rendezvous train DDP across four ranks.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import DEVICE_ENV
+from test_distributed import NPROC, PRELUDE, rank_results, torchrun
+
+PG_TIMEOUT = 30  # seconds
+
+
+def test_a_rank_dying_mid_collective_fails_the_others_clearly(tmp_path):
+    torchrun(
+        tmp_path,
+        PRELUDE
+        + textwrap.dedent(
+            f"""
+        import time
+        from datetime import timedelta
+        dist.init_process_group(timeout=timedelta(seconds={PG_TIMEOUT}))
+        r = dist.get_rank()
+        t = torch.ones(4, device="spyre")
+        dist.all_reduce(t)  # both ranks are alive here
+        if r == 1:
+            time.sleep(1.0)  # rank 0 is inside the next all_reduce by now
+            os._exit(0)      # dies without joining it
+        start = time.monotonic()
+        out["error"] = error(lambda: dist.all_reduce(t))
+        out["seconds"] = time.monotonic() - start
+        out["t"] = t.cpu().tolist()  # nothing was copied back
+        save()
+        os._exit(0)  # the peer is gone: skip the group's teardown
+        """
+        ),
+        timeout=PG_TIMEOUT + 60,
+    )
+    res = (tmp_path / "rank0.json").read_text()
+    import json
+
+    res = json.loads(res)
+    kind, message = res["error"]
+    assert kind == "RuntimeError"
+    # gloo names the peer's connection (closed or reset), not a hang.
+    assert "Connection closed by peer" in message or "Connection reset by peer" in message, message
+    assert res["seconds"] < PG_TIMEOUT
+    assert res["t"] == [2.0] * 4
+
+
+def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_path):
+    # Rank 0's stream fails (an injected fault) before the collective's staging
+    # copies run: they are discarded, so rank 0 cannot take part. Every rank
+    # gets the same error instead of rank 1 reducing garbage or waiting for the
+    # timeout, and the group keeps working.
+    torchrun(
+        tmp_path,
+        PRELUDE
+        + textwrap.dedent(
+            """
+        from torch_spyre.testing import Gate, inject_fault
+        dist.init_process_group()
+        r = dist.get_rank()
+        s = torch.spyre.Stream()
+        with torch.spyre.stream(s):
+            t = torch.full((2,), r + 1.0, device="spyre")
+            with Gate() as gate:
+                gate.block(s)  # holds the fault and the staging copies until both are queued
+                if r == 0:
+                    inject_fault(s, "injected: the card failed")
+                    t.fill_(5.0)  # fails when the gate opens
+                work = dist.all_reduce(t, async_op=True)
+                gate.release()
+            out["wait"] = error(work.wait)
+            out["stream"] = [s.stream_id, error(s.synchronize)]
+        t = torch.full((2,), r + 1.0, device="spyre")
+        dist.all_reduce(t)
+        out["after"] = t.cpu().tolist()
+        dist.destroy_process_group()
+        save()
+        """
+        ),
+    )
+    results = rank_results(tmp_path)
+    stream_id = results[0]["stream"][0]
+    failed = [
+        "RuntimeError",
+        f"spyreccl: allreduce failed before moving any data (rank 0: its inputs were never "
+        f"read: stream {stream_id} failed before the collective)",
+    ]
+    assert [res["wait"] for res in results] == [failed, failed]
+    # The stream's own error is still reported to its owner, once.
+    assert results[0]["stream"][1] == ["RuntimeError", "injected: the card failed"]
+    assert results[1]["stream"][1] is None
+    assert [res["after"] for res in results] == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_torchrun_max_restarts_recovers_from_a_rank_failing_once(tmp_path):
+    proc = torchrun(
+        tmp_path,
+        PRELUDE
+        + textwrap.dedent(
+            """
+        import sys
+        attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+        dist.init_process_group()
+        r = dist.get_rank()
+        t = torch.full((2,), r + 1.0, device="spyre")
+        dist.all_reduce(t)
+        if attempt == 0 and r == 1:
+            sys.exit(3)  # fails once, on purpose
+        dist.barrier()
+        out["attempt"] = attempt
+        out["sum"] = [str(t.device), t.cpu().tolist()]
+        dist.destroy_process_group()
+        save()
+        """
+        ),
+        launcher_args=("--standalone", "--max-restarts=1"),
+        # torch 2.13's torchrun shares its rendezvous store with the workers
+        # across restarts, with no per-attempt prefix: gloo (CPU-only jobs too)
+        # then reads the previous attempt's addresses and fails or hangs.
+        # This is torch's opt-out (docs/distributed.md, "Bad input and failures").
+        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+        timeout=180,
+    )
+    assert proc.returncode == 0
+    assert rank_results(tmp_path) == [
+        {"attempt": 1, "sum": ["spyre:0", [3.0, 3.0]]},
+        {"attempt": 1, "sum": ["spyre:1", [3.0, 3.0]]},
+    ]
+
+
+TWO_NODES = PRELUDE + """
+from torch import nn
+dist.init_process_group()
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to("spyre")
+ddp = nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+g = torch.Generator().manual_seed(1)
+x, y = torch.randn(world * 4, 8, generator=g), torch.randn(world * 4, 2, generator=g)
+mine = slice(rank * 4, (rank + 1) * 4)
+for _ in range(3):
+    opt.zero_grad()
+    nn.functional.mse_loss(ddp(x[mine].to("spyre")), y[mine].to("spyre")).backward()
+    opt.step()
+out["where"] = [rank, world, LOCAL_RANK, str(next(model.parameters()).device)]
+out["params"] = [p.detach().cpu().tolist() for p in model.parameters()]
+dist.destroy_process_group()
+save()
+"""
+
+
+@pytest.mark.slow
+def test_two_nodes_of_two_ranks_train_ddp_across_four_ranks(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "worker.py"
+    path.write_text(TWO_NODES)
+    env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
+    env["OUT_DIR"] = str(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}",
+             f"--nproc-per-node={NPROC}", "--rdzv-backend=c10d",
+             f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-nodes", str(path)],
+            cwd=tmp_path, env=env, text=True, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for node in range(2)
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=300))
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the two-node job timed out")
+    for proc, (stdout, stderr) in zip(procs, outputs):
+        assert proc.returncode == 0, stderr
+    import json
+
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    # Global ranks 0..3; on each node local ranks 0 and 1, each on spyre:LOCAL_RANK.
+    wheres = sorted(res["where"] for res in results)
+    assert [w[:2] for w in wheres] == [[r, 4] for r in range(4)]
+    assert sorted((w[2], w[3]) for w in wheres) == [
+        (0, "spyre:0"), (0, "spyre:0"), (1, "spyre:1"), (1, "spyre:1")]
+    for res in results[1:]:
+        assert res["params"] == results[0]["params"]  # one model across the four ranks
