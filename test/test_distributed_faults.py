@@ -68,6 +68,7 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
         PRELUDE
         + textwrap.dedent(
             """
+        import time
         from torch_spyre.testing import Gate, inject_fault
         dist.init_process_group()
         r = dist.get_rank()
@@ -76,6 +77,8 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
             t = torch.full((2,), r + 1.0, device="spyre")
             with Gate() as gate:
                 gate.block(s)  # holds the fault and the staging copies until both are queued
+                while gate.blocked_streams < 1:  # the gate runs: the fault hits the next op
+                    time.sleep(0.001)
                 if r == 0:
                     inject_fault(s, "injected: the card failed")
                     t.fill_(5.0)  # fails when the gate opens

@@ -91,6 +91,7 @@ def test_copy_on_another_stream_records_the_block():
     s = torch.spyre.Stream()
     gate = Gate()
     gate.block(s)
+    s.wait_stream(torch.spyre.current_stream())  # src and dst are written on the default stream
     with s:
         dst.copy_(src)  # queued on s behind the gate: records src on s
     del src

@@ -900,6 +900,7 @@ def test_tensor_work_in_nested_stream_contexts():
                 e = a.half() + b.half()
                 f = torch.add(a.half(), b.half())
             assert torch.accelerator.current_stream() == middle
+            middle.wait_stream(inner)  # c, d, e and f were computed on inner
             g = c * d
         assert torch.spyre.current_stream() == outer
         outer.wait_stream(middle)
