@@ -387,17 +387,25 @@ SpyreStream setCurrentStream(SpyreStream stream) {
   return previous;
 }
 
+namespace {
+
+// Every mapped handle (pool and host-compute ids), copied under the read lock
+// so the waits that follow hold no lock.
+struct MappedHandles : std::array<flex::RuntimeStream*, kMaxStreamIds> {
+  size_t collect(StreamPool& pool) {
+    PoolLock<std::shared_lock> lock(pool);
+    size_t count = 0;
+    for (const auto& entry : pool.stream_handle_map) (*this)[count++] = entry.second;
+    return count;
+  }
+};
+
+}  // namespace
+
 void synchronizeDevice(c10::DeviceIndex device) {
   ensureDevice(device);
-  StreamPool& pool = streamPool();
-  std::array<flex::RuntimeStream*, kMaxStreamIds> handles{};  // pool and host-compute ids
-  size_t count = 0;
-  {
-    PoolLock<std::shared_lock> lock(pool);
-    for (const auto& entry : pool.stream_handle_map) {
-      handles[count++] = entry.second;
-    }
-  }
+  MappedHandles handles;
+  const size_t count = handles.collect(streamPool());
   // Blocking work happens after the read lock is released. Every stream is
   // drained even if one reports an error; the first error is rethrown.
   waitForDevice([&] {
@@ -419,15 +427,8 @@ void synchronizeDevice(c10::DeviceIndex device) {
 
 bool drainDevice(c10::DeviceIndex device, std::string& consumed) {
   ensureDevice(device);
-  StreamPool& pool = streamPool();
-  std::array<flex::RuntimeStream*, kMaxStreamIds> handles{};  // pool and host-compute ids
-  size_t count = 0;
-  {
-    PoolLock<std::shared_lock> lock(pool);
-    for (const auto& entry : pool.stream_handle_map) {
-      handles[count++] = entry.second;
-    }
-  }
+  MappedHandles handles;
+  const size_t count = handles.collect(streamPool());
   // Launches nothing: a profile still recording would show the drain's work.
   waitForDevice([&] {
     for (size_t i = 0; i < count; ++i) {
