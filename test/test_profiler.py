@@ -210,7 +210,12 @@ def test_three_stream_pipeline_has_one_lane_per_stream(tmp_path):
         assert op["name"].startswith(("aten::", "spyre::"))
         launch = launches[e["args"]["correlation"]]
         assert launch["tid"] == op["tid"]
-        assert op["ts"] <= launch["ts"] and launch["ts"] + launch["dur"] <= op["ts"] + op["dur"]
+        # Within the op: the launch is stamped by the runtime's clock, the op by
+        # torch's (an approximate TSC clock converted to µs), which agree to well
+        # under a µs; nothing is stamped out of order by more.
+        skew = 1.0
+        assert op["ts"] - skew <= launch["ts"]
+        assert launch["ts"] + launch["dur"] <= op["ts"] + op["dur"] + skew
         assert launch["ts"] <= e["ts"]
         assert ("s", e["args"]["correlation"]) in flows and ("f", e["args"]["correlation"]) in flows
 
