@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
 from torch._inductor.utils import run_and_get_code
 from torch_spyre import _C
 from torch_spyre.testing import Gate, completed_ops, launched_ops
@@ -186,10 +187,11 @@ def test_device_index_fullgraph(backend):
 
 
 def test_fullgraph_without_stream_calls_compiles_one_graph():
-    counts = torch._dynamo.testing.CompileCounterWithBackend("inductor")
-    x = torch.randn(4, 4).to(SPYRE)
-    torch.compile(lambda t: (t @ t).relu().sum(1), backend=counts, fullgraph=True)(x)
-    assert counts.frame_count == 1
+    counts = CompileCounterWithBackend("inductor")
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(4))
+    out = torch.compile(lambda t: (t @ t).relu().sum(1), backend=counts, fullgraph=True)(x.to(SPYRE))
+    assert counts.frame_count == 1 and counts.op_count == 3  # mm, relu, sum: one graph
+    torch.testing.assert_close(out.cpu(), (x @ x).relu().sum(1))
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
@@ -200,7 +202,7 @@ def test_backends_match_eager(backend):
 
 
 def test_dynamic_shapes_compile_once_for_two_sizes():
-    counts = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    counts = CompileCounterWithBackend("inductor")
     f = torch.compile(pointwise, backend=counts, dynamic=True)
     for n in (5, 9):
         x = torch.linspace(-2, 2, n)
