@@ -46,20 +46,6 @@ StreamPool& streamPool() {
   return *pool;
 }
 
-thread_local c10::StreamId tls_current_stream_id = kDefaultStreamId;
-
-// Per-thread read-through cache of resolved handles, indexed by stream id
-// (docs/streams.md, "The per-thread handle cache"). A slot is filled from
-// stream_handle_map under the shared_lock the first time this thread resolves
-// the id, and read without any lock afterwards. Valid by the note's
-// invariants: the map is append-only, an id once mapped always maps to the
-// same flex::RuntimeStream*, and no handle is ever removed or destroyed by the
-// pool, so a cached slot can never go stale. Only found handles are cached: an
-// unmapped id takes the locked lookup (and raises) every time, and is
-// resolved normally once the pool maps it. Plain pointers: no destructor
-// runs at thread exit.
-thread_local std::array<flex::RuntimeStream*, kMaxStreamIds> tls_handle_cache{};
-
 #ifdef SPYRE_LOCK_AUDIT
 thread_local detail::PoolLockHeld tls_pool_lock_held = detail::PoolLockHeld::None;
 #endif
@@ -112,20 +98,9 @@ HostComputeSetting parseHostComputeSetting() {
   return {static_cast<int>(value), ""};
 }
 
-// Every spyre Device, built once: constructing a c10::Device validates it out
-// of line, which cost more than the rest of getCurrentStream(). A trivially
-// destructible array: no static destructor runs under a thread still using it.
-template <size_t... I>
-std::array<c10::Device, sizeof...(I)> allSpyreDevices(std::index_sequence<I...>) {
-  return {c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(I))...};
-}
-const std::array<c10::Device, kMaxDevices> spyre_devices =
-    allSpyreDevices(std::make_index_sequence<kMaxDevices>());
-static_assert(std::is_trivially_destructible_v<decltype(spyre_devices)>);
-
 // `device` is an index ensureDevice() accepted, in [0, kMaxDevices).
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
-  return c10::Stream(c10::Stream::UNSAFE, spyre_devices[device], id);
+  return detail::makeSpyreStream(device, id);
 }
 
 void initializeStreamPoolImpl(c10::DeviceIndex device) {
@@ -181,6 +156,23 @@ void createRuntimeStream(c10::StreamId id, bool high_priority) {
   });
 }
 
+}  // namespace
+
+namespace detail {
+thread_local constinit c10::StreamId tls_current_stream_id = kDefaultStreamId;
+
+// Per-thread read-through cache of resolved handles, indexed by stream id
+// (docs/streams.md, "The per-thread handle cache"). A slot is filled from
+// stream_handle_map under the shared_lock the first time this thread resolves
+// the id, and read without any lock afterwards. Valid by the note's
+// invariants: the map is append-only, an id once mapped always maps to the
+// same flex::RuntimeStream*, and no handle is ever removed or destroyed by the
+// pool, so a cached slot can never go stale. Only found handles are cached: an
+// unmapped id takes the locked lookup (and raises) every time, and is
+// resolved normally once the pool maps it. Plain pointers: no destructor
+// runs at thread exit.
+thread_local constinit std::array<flex::RuntimeStream*, kMaxStreamIds> tls_handle_cache{};
+
 // resolveRuntimeHandle()'s first resolution of `id` on this thread: the
 // note's shared_lock lookup, then the handle goes into the thread's cache.
 flex::RuntimeStream* lookUpAndCache(c10::StreamId id, c10::DeviceIndex device) {
@@ -203,7 +195,7 @@ flex::RuntimeStream* lookUpAndCache(c10::StreamId id, c10::DeviceIndex device) {
   return handle;
 }
 
-}  // namespace
+}  // namespace detail
 
 #ifdef SPYRE_LOCK_AUDIT
 detail::PoolLockHeld detail::poolLockHeldByThisThread() {
@@ -244,17 +236,6 @@ void SpyreStream::throwNotSpyreStream(c10::Stream stream) {
 
 int SpyreStream::priority() const {
   return id() >= kFirstHighPriorityStreamId && id() < kNumPoolStreamIds ? kHighPriority : kLowPriority;
-}
-
-flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
-  ensureDevice(device_index());  // first: raises in a forked child or for another device
-  const c10::StreamId stream_id = id();
-  if (C10_LIKELY(stream_id >= 0 && stream_id < kMaxStreamIds)) {
-    if (flex::RuntimeStream* cached = tls_handle_cache[static_cast<size_t>(stream_id)]) {
-      return cached;
-    }
-  }
-  return lookUpAndCache(stream_id, device_index());
 }
 
 bool SpyreStream::query() const {
@@ -376,14 +357,11 @@ SpyreStream getDefaultStream(c10::DeviceIndex device) {
   return SpyreStream(makeStream(ensureDevice(device), kDefaultStreamId));
 }
 
-SpyreStream getCurrentStream(c10::DeviceIndex device) {
-  return SpyreStream(makeStream(ensureDevice(device), tls_current_stream_id));
-}
 
 SpyreStream setCurrentStream(SpyreStream stream) {
   stream.resolveRuntimeHandle();  // reject unmapped ids and other devices now
-  SpyreStream previous(makeStream(stream.device_index(), tls_current_stream_id));
-  tls_current_stream_id = stream.id();
+  SpyreStream previous(makeStream(stream.device_index(), detail::tls_current_stream_id));
+  detail::tls_current_stream_id = stream.id();
   return previous;
 }
 

@@ -51,9 +51,13 @@
 #include <utility>
 #include <vector>
 
+#include <array>
+
 #include <c10/core/Stream.h>
 #include <c10/macros/Macros.h>
 #include <flex/flex.hpp>
+
+#include "runtime/runtime.h"
 
 namespace spyre {
 
@@ -97,6 +101,7 @@ class SpyreStream {
   // The flex stream behind this id: a shared_lock lookup the first time the
   // calling thread resolves the id, then the thread's cached copy. Raises
   // "no flex handle for stream id N" for an id the pool never mapped.
+  // Inline (below): every launch resolves its stream.
   flex::RuntimeStream* resolveRuntimeHandle() const;
 
   // True iff all work launched on the stream has finished. Runtime errors
@@ -147,6 +152,7 @@ SpyreStream getHostComputeStreamById(c10::StreamId id, c10::DeviceIndex device =
 // unless it is an integer from 1 to 8). Read once per process.
 int hostComputeStreamCount();
 // The calling thread's current stream (the default stream until set).
+// Inline (below): every op asks for it.
 SpyreStream getCurrentStream(c10::DeviceIndex device = -1);
 // Make `stream` the calling thread's current stream; returns the previous one.
 // Raises for an id the pool never mapped.
@@ -170,6 +176,39 @@ size_t mappedStreamCount();
 // Every mapped id with the id of its flex stream (flex::RuntimeStream::streamId()):
 // the profiler sees flex ids and names its lanes after pool ids.
 std::vector<std::pair<c10::StreamId, uint64_t>> mappedRuntimeStreamIds();
+
+// ---- Inline hot paths. Their state lives in stream.cpp; constinit
+// thread_locals are read without a TLS wrapper call.
+namespace detail {
+// The calling thread's current stream id.
+extern thread_local constinit c10::StreamId tls_current_stream_id;
+// The per-thread read-through handle cache (see "Handle cache" above): a null
+// slot means "not resolved on this thread yet".
+extern thread_local constinit std::array<flex::RuntimeStream*, kMaxStreamIds> tls_handle_cache;
+// resolveRuntimeHandle()'s first resolution of an id on this thread: the
+// shared_lock lookup (raises for an unmapped id), then the cache fill.
+flex::RuntimeStream* lookUpAndCache(c10::StreamId id, c10::DeviceIndex device);
+// A spyre c10::Stream for an index ensureDevice() accepted. c10::Device's
+// validation is debug-only, so in a release build this is two stores.
+inline c10::Stream makeSpyreStream(c10::DeviceIndex device, c10::StreamId id) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+}  // namespace detail
+
+inline flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
+  ensureDevice(device_index());  // first: raises in a forked child or for another device
+  const c10::StreamId stream_id = id();
+  if (C10_LIKELY(stream_id >= 0 && stream_id < kMaxStreamIds)) {
+    if (flex::RuntimeStream* cached = detail::tls_handle_cache[static_cast<size_t>(stream_id)]) {
+      return cached;
+    }
+  }
+  return detail::lookUpAndCache(stream_id, device_index());
+}
+
+inline SpyreStream getCurrentStream(c10::DeviceIndex device) {
+  return SpyreStream(detail::makeSpyreStream(ensureDevice(device), detail::tls_current_stream_id));
+}
 
 #ifdef SPYRE_LOCK_AUDIT
 namespace detail {
