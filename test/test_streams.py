@@ -593,10 +593,10 @@ def test_failed_start_reports_bounds_and_can_be_retried():
         torch.spyre.init()
         print(torch.spyre.is_initialized(), torch.spyre._C._bound_device())
         """,
-        env={"LOCAL_RANK": "3"},
+        env={"LOCAL_RANK": "8"},  # eight cards are visible: indices 0-7
     )
     first, second = proc.stdout.strip().splitlines()
-    assert first.startswith("Device index out of bounds. logical_device_id=3, number of visible devices=1")
+    assert first == "Device index out of bounds. logical_device_id=8, number of visible devices=8"
     assert second == "True 0"
 
 
