@@ -58,8 +58,10 @@ API_ROWS = [
      "Invalid device index 300: expected -1 (current device)"),
     ("device-not-bound", "torch.spyre.Stream(device=1)", "RuntimeError",
      "this process is bound to spyre:0 but spyre:1 was requested"),
-    ("set-device-out-of-range", "torch.spyre.set_device(3)", "RuntimeError",
-     "Invalid device index 3: out of range for 1 visible Spyre device(s)"),
+    # eight cards are visible (FLEX_STUB_CARDS' default): 8 is the first invalid index
+    ("set-device-out-of-range", "torch.spyre.set_device(8)", "RuntimeError",
+     "Invalid device index 8: out of range for 8 visible Spyre device(s) "
+     "(expected an index in [0, 8))"),
     ("set-device-none", "torch.spyre.set_device(None)", "ValueError",
      "expected a spyre device, got None"),
     ("set-device-cpu", "torch.spyre.set_device('cpu')", "ValueError",
@@ -71,10 +73,21 @@ API_ROWS = [
     ("synchronize-float", "torch.spyre.synchronize(2.5)", "TypeError", "got 2.5 of type float"),
     ("current-stream-meta", "torch.spyre.current_stream('meta')", "ValueError",
      "expected a spyre device, got 'meta'"),
-    ("default-stream-other-device", "torch.spyre.default_stream(9)", "RuntimeError",
-     "but spyre:9 was requested"),
+    ("default-stream-other-device", "torch.spyre.default_stream(7)", "RuntimeError",
+     "but spyre:7 was requested"),
+    ("default-stream-out-of-range", "torch.spyre.default_stream(9)", "RuntimeError",
+     "Invalid device index 9: out of range for 8 visible Spyre device(s) "
+     "(expected an index in [0, 8))"),
     ("tensor-other-device", "torch.empty(2, device='spyre:3')", "RuntimeError",
-     "but spyre:3 was requested"),
+     "Only one Spyre device per process is supported: this process is bound to spyre:0 but "
+     "spyre:3 was requested (run one process per device, e.g. with torchrun)"),
+    ("tensor-out-of-range", "torch.empty(2, device='spyre:8')", "RuntimeError",
+     "Invalid device index 8: out of range for 8 visible Spyre device(s) "
+     "(expected an index in [0, 8))"),
+    ("properties-out-of-range", "torch.spyre.get_device_properties(8)", "RuntimeError",
+     "Invalid device index 8: out of range for 8 visible Spyre device(s)"),
+    ("capability-out-of-range", "torch.spyre.get_device_capability(8)", "RuntimeError",
+     "Invalid device index 8: out of range for 8 visible Spyre device(s)"),
     ("accelerator-sync-other-device", "torch.accelerator.synchronize(5)", "RuntimeError",
      "but spyre:5 was requested"),
     # ---- priorities of the wrong type

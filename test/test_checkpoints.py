@@ -208,9 +208,17 @@ def test_file_round_trip(tmp_path):
 def test_loading_onto_a_device_that_does_not_exist():
     data = save(torch.ones(2))
     with pytest.raises(RuntimeError, match=(
-            r"^Attempting to deserialize object on SPYRE device 1 but torch.spyre.device_count\(\) "
-            r"is 1. Please use torch.load with map_location to map your storages to an existing "
+            r"^Attempting to deserialize object on SPYRE device 8 but torch.spyre.device_count\(\) "
+            r"is 8. Please use torch.load with map_location to map your storages to an existing "
             r"device.$")):
+        load(data, map_location="spyre:8")
+
+
+def test_loading_onto_a_visible_device_this_process_is_not_bound_to():
+    data = save(torch.ones(2))
+    with pytest.raises(RuntimeError, match=(
+            r"^Only one Spyre device per process is supported: this process is bound to spyre:0 "
+            r"but spyre:1 was requested \(run one process per device, e.g. with torchrun\)")):
         load(data, map_location="spyre:1")
 
 

@@ -86,9 +86,9 @@ def test_device_context_manager_sets_and_restores_without_starting_the_runtime()
 
 
 def test_device_context_manager_errors():
-    with pytest.raises(RuntimeError, match=r"^Invalid device index 5: out of range for 1 visible "
-                                           r"Spyre device\(s\) \(expected an index in \[0, 1\)\)"):
-        with torch.spyre.device(5):
+    with pytest.raises(RuntimeError, match=r"^Invalid device index 8: out of range for 8 visible "
+                                           r"Spyre device\(s\) \(expected an index in \[0, 8\)\)"):
+        with torch.spyre.device(8):
             pass
     assert torch.spyre.current_device() == 0
     with pytest.raises(ValueError, match=r"^expected a spyre device, got 'cpu'$"):

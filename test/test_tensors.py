@@ -812,12 +812,39 @@ def test_rng_state_round_trips():
     torch.spyre.set_rng_state(state)
     assert torch.equal(torch.rand(8, device="spyre").cpu(), first)
     assert torch.equal(torch.spyre.get_rng_state("spyre:0"), torch.spyre.get_rng_state())
-    with torch.random.fork_rng(device_type="spyre"):
+    # The process uses one of the 8 visible devices: fork only its generator.
+    with torch.random.fork_rng(devices=[torch.spyre.current_device()], device_type="spyre"):
         torch.rand(8, device="spyre")
     after = torch.rand(8, device="spyre").cpu()
     torch.spyre.set_rng_state(state)
     torch.rand(8, device="spyre")
     assert torch.equal(torch.rand(8, device="spyre").cpu(), after)
+
+
+def test_fork_rng_without_devices_forks_every_visible_device():
+    # As with 8 CUDA devices: torch forks all 8 generators (host state, so the
+    # devices this process is not bound to work too) and warns once.
+    proc = run_python(
+        """
+        import warnings, torch
+        torch.manual_seed(3)
+        before = torch.spyre.get_rng_state_all()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.random.fork_rng(device_type="spyre"):
+                torch.spyre.manual_seed_all(11)
+                changed = torch.spyre.get_rng_state(5).equal(before[5])
+        after = torch.spyre.get_rng_state_all()
+        print(len(before), changed, all(a.equal(b) for a, b in zip(before, after)))
+        print([(w.category.__name__, str(w.message).split(",")[0]) for w in caught])
+        print(torch.spyre.is_initialized())
+        """
+    )
+    assert proc.stdout.splitlines() == [
+        "8 False True",
+        "[('UserWarning', 'SPYRE reports that you have 8 available devices')]",
+        "False",
+    ]
 
 
 def test_explicit_generator():

@@ -96,6 +96,8 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
     checkSpyre(device.type(), "getDeviceCapability");
+    // Any visible device (the same for all; no runtime needed), as torch.cuda's.
+    checkVisibleDevice(device.index() < 0 ? currentDevice() : device.index());
     return deviceCapability();  // device/dtypes.h
   }
 

@@ -94,6 +94,8 @@ std::atomic<int> bound_device{kUnbound};
 void throwDeviceNotUsable(c10::DeviceIndex requested) {
   const int bound = bound_device.load();
   TORCH_CHECK(bound != kForked, kForkMessage);
+  // An index past the visible devices is out of range, not "another device".
+  checkVisibleDevice(requested);
   TORCH_CHECK(
       false, "Only one Spyre device per process is supported: this process is bound to spyre:",
       bound, " but spyre:", static_cast<int>(requested),
@@ -152,12 +154,16 @@ c10::DeviceIndex initCurrentDevice() {
 }
 }  // namespace detail
 
-void setCurrentDevice(c10::DeviceIndex index) {
+void checkVisibleDevice(c10::DeviceIndex index) {
   const c10::DeviceIndex count = deviceCount();
   TORCH_CHECK(index >= 0 && index < count, "Invalid device index ", static_cast<int>(index),
               ": out of range for ", static_cast<int>(count),
               " visible Spyre device(s) (expected an index in [0, ", static_cast<int>(count),
               "))");
+}
+
+void setCurrentDevice(c10::DeviceIndex index) {
+  checkVisibleDevice(index);
   detail::tls_current_device = index;
 }
 

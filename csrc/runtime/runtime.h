@@ -36,6 +36,9 @@ constexpr int kMaxDevices = 127;
 c10::DeviceIndex deviceCount();
 // Same, but 0 instead of throwing (for noexcept callers).
 c10::DeviceIndex deviceCountNoThrow() noexcept;
+// Raises "Invalid device index N: out of range for M visible Spyre device(s) ..."
+// unless 0 <= index < deviceCount(). Does not start the runtime.
+void checkVisibleDevice(c10::DeviceIndex index);
 
 namespace detail {
 // The calling thread's current device: -1 until the thread first asks, then
@@ -87,7 +90,9 @@ void ensureDeviceSlow(c10::DeviceIndex requested);
 }  // namespace detail
 
 // Resolve -1 to the current device, start the runtime if needed and check that
-// `index` is the device this process is bound to. Returns the resolved index.
+// `index` is the device this process is bound to (an index that is not visible
+// is out of range; a visible one that is not bound is the one-device-per-process
+// error). Returns the resolved index.
 // Hot path: one relaxed atomic load and a compare once started.
 inline c10::DeviceIndex ensureDevice(c10::DeviceIndex index) {
   if (index < 0) {

@@ -58,7 +58,8 @@ int getNumDevices() {
   if (auto size = detail::envValue("LOCAL_WORLD_SIZE")) {
     return worldSize("LOCAL_WORLD_SIZE", *size, cards);
   }
-  return 1;
+  // As on a real host: with no variable set, every card is visible.
+  return cards;
 }
 
 int getCardIndex(int logical_device) {

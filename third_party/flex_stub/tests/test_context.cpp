@@ -44,6 +44,12 @@ TEST(context_create_out_of_range_names_both_numbers) {
   CHECK(RuntimeContext::get() == nullptr);
 }
 
+TEST(context_with_no_device_variable_any_of_the_eight_cards) {
+  CHECK_THROWS_MSG(RuntimeContext::create(8), "device 8: 8 device(s) visible");
+  RuntimeContext* context = RuntimeContext::create(7);
+  CHECK_EQ(context->cardIndex(), 7);
+}
+
 TEST(context_card_index_follows_spyre_devices) {
   util::setEnv("SPYRE_DEVICES", "5,2");
   CHECK_EQ(RuntimeContext::create(1)->cardIndex(), 2);

@@ -5,9 +5,13 @@
 using flex::getCardIndex;
 using flex::getNumDevices;
 
-TEST(devices_default_is_one) {
-  CHECK_EQ(getNumDevices(), 1);
+TEST(devices_default_is_every_card) {
+  CHECK_EQ(getNumDevices(), 8);
   CHECK_EQ(getCardIndex(0), 0);
+  CHECK_EQ(getCardIndex(7), 7);
+  CHECK_THROWS_MSG(getCardIndex(8), "logical device 8 is out of range: 8 device(s) visible");
+  util::setEnv("FLEX_STUB_CARDS", "3");
+  CHECK_EQ(getNumDevices(), 3);
   CHECK(flex::RuntimeContext::get() == nullptr);
 }
 
@@ -99,7 +103,7 @@ TEST(devices_card_index_range_checked) {
 }
 
 TEST(devices_env_is_read_on_every_call) {
-  CHECK_EQ(getNumDevices(), 1);
+  CHECK_EQ(getNumDevices(), 8);
   util::setEnv("AIU_WORLD_SIZE", "2");
   CHECK_EQ(getNumDevices(), 2);
   util::setEnv("SPYRE_DEVICES", "4,6,5");

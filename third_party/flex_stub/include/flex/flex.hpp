@@ -55,7 +55,7 @@ class OutOfMemoryError : public Error {
 //                     out-of-range entries dropped, spaces tolerated
 //   AIU_WORLD_SIZE    else: count, capped at the card count; < 1 is an error
 //   LOCAL_WORLD_SIZE  else: count (set by torchrun), capped at the card count
-//   otherwise 1.
+//   otherwise every card (FLEX_STUB_CARDS), as on a real host.
 // Throws flex::Error naming the variable when a value is malformed.
 int getNumDevices();
 
