@@ -599,11 +599,10 @@ def test_complex_stream_dependencies():
     # openreg's chain A->B->C->D and diamond, with exact values.
     streams = [torch.spyre.Stream() for _ in range(4)]
     value = spyre_full(1)
-    events = []
+    events = [torch.spyre.current_stream().record_event()]  # the fill, on the default stream
     for i, s in enumerate(streams):
         with s:
-            if events:
-                s.wait_event(events[-1])
+            s.wait_event(events[-1])
             value = value * 2 + i  # chain: each step needs the previous one
         events.append(s.record_event())
     streams[-1].synchronize()
