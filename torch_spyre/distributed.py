@@ -85,7 +85,7 @@ def _check_reduce_op(op, tensors) -> None:
 # pieces of this size, so the copies to and from the host overlap gloo's
 # transfer of the other pieces (and the copy back after the last piece is short).
 _PIPELINE_BYTES = 16 * 2**20
-_PIECE_BYTES = 8 * 2**20
+_PIECE_BYTES = 16 * 2**20
 
 
 def _piece_slices(numel, itemsize):
