@@ -280,6 +280,13 @@ out["async_error"] = [first, second, work.is_completed(), work.is_success(),
 t = spyre([r + 1.0, 2.0 + r])
 dist.all_reduce(t)
 out["after_error"] = t.cpu().tolist()
+# The same across a rank whose tensor is large enough to go in pieces and one
+# whose tensor is not: both refuse it, nothing is copied back, the group works.
+t = torch.full((17 * 2**20 // 4 if r == 0 else 2,), 1.0, device="spyre")
+out["pieces_mismatch"] = [error(lambda: dist.all_reduce(t)), bool((t.cpu() == 1.0).all())]
+t = spyre([r + 1.0, 2.0 + r])
+dist.all_reduce(t)
+out["after_pieces_mismatch"] = t.cpu().tolist()
 
 dist.destroy_process_group()
 save()
@@ -500,6 +507,14 @@ def test_errors_propagate(collectives):
         [mismatch, mismatch, True, False, True, [2, 7]],
     ]
     assert both(collectives, "after_error") == [[3.0, 5.0]] * 2
+    mismatch = [
+        "RuntimeError",
+        "spyreccl: allreduce does not match across ranks (rank 0: allreduce(SUM, torch.float32 "
+        "[4456448]); rank 1: allreduce(SUM, torch.float32 [2])): every rank must call the same "
+        "collective with the same dtypes and shapes",
+    ]
+    assert both(collectives, "pieces_mismatch") == [[mismatch, True]] * 2
+    assert both(collectives, "after_pieces_mismatch") == [[3.0, 5.0]] * 2
 
 
 # ---------------------------------------------------------------- explicit backend strings

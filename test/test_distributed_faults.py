@@ -58,14 +58,17 @@ def test_a_rank_dying_mid_collective_fails_the_others_clearly(tmp_path):
     assert res["t"] == [2.0] * 4
 
 
-def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_path):
+# 2 elements: staged at once; 17 MiB: staged, reduced and copied back in pieces.
+@pytest.mark.parametrize("numel", [2, 17 * 2**20 // 4], ids=["small", "pipelined"])
+def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_path, numel):
     # Rank 0's stream fails (an injected fault) before the collective's staging
     # copies run: they are discarded, so rank 0 cannot take part. Every rank
     # gets the same error instead of rank 1 reducing garbage or waiting for the
-    # timeout, and the group keeps working.
+    # timeout, nothing is copied back, and the group keeps working.
     torchrun(
         tmp_path,
         PRELUDE
+        + f"NUMEL = {numel}\n"
         + textwrap.dedent(
             """
         import time
@@ -74,7 +77,7 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
         r = dist.get_rank()
         s = torch.spyre.Stream()
         with torch.spyre.stream(s):
-            t = torch.full((2,), r + 1.0, device="spyre")
+            t = torch.full((NUMEL,), r + 1.0, device="spyre")
             with Gate() as gate:
                 gate.block(s)  # holds the fault and the staging copies until both are queued
                 while gate.blocked_streams < 1:  # the gate runs: the fault hits the next op
@@ -86,6 +89,8 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
                 gate.release()
             out["wait"] = error(work.wait)
             out["stream"] = [s.stream_id, error(s.synchronize)]
+        if r == 1:
+            out["untouched"] = bool((t.cpu() == 2.0).all())
         t = torch.full((2,), r + 1.0, device="spyre")
         dist.all_reduce(t)
         out["after"] = t.cpu().tolist()
@@ -105,6 +110,7 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
     # The stream's own error is still reported to its owner, once.
     assert results[0]["stream"][1] == ["RuntimeError", "injected: the card failed"]
     assert results[1]["stream"][1] is None
+    assert results[1]["untouched"]
     assert [res["after"] for res in results] == [[3.0, 3.0], [3.0, 3.0]]
 
 

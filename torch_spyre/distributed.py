@@ -81,10 +81,18 @@ def _check_reduce_op(op, tensors) -> None:
             )
 
 
-# An all_reduce of a tensor this large is staged and reduced in this many
-# pieces, so the copies to the host overlap gloo's transfer.
+# An all_reduce of a tensor this large is staged, reduced and copied back in
+# pieces of this size, so the copies to and from the host overlap gloo's
+# transfer of the other pieces (and the copy back after the last piece is short).
 _PIPELINE_BYTES = 16 * 2**20
-_PIPELINE_PIECES = 4
+_PIECE_BYTES = 16 * 2**20
+
+
+def _piece_slices(numel, itemsize):
+    """The pieces of a pipelined all_reduce (the last one may be shorter)."""
+    step = max(_PIECE_BYTES // itemsize, 1)
+    return [slice(start, min(start + step, numel)) for start in range(0, numel, step)]
+
 
 # The descriptions ranks compare before each staged collective (bytes, padded).
 _SIGNATURE_BYTES = 256
@@ -130,6 +138,7 @@ class _Staging:
         self.spyre = False  # any spyre tensor
         self.reads = False  # any device-to-host copy was enqueued
         self.back = []  # (tensor, host twin) pairs copied back at completion
+        self.written = []  # spyre tensors the copies back write (on the comm stream)
 
     def __call__(self, tensor, *, read=True, write=True, private=False):
         """The tensor gloo should use in place of `tensor`.
@@ -151,13 +160,22 @@ class _Staging:
             self.reads = self.reads or _is_spyre(tensor)
         if write:
             self.back.append((tensor, host))
+            if _is_spyre(tensor):
+                self.written.append(tensor)
         return host
 
-    def finish(self) -> None:
-        for tensor, host in self.back:
-            # On the current stream; pinned source: returns at once, and the
-            # copy keeps `host` alive until it has run.
-            tensor.copy_(host, non_blocking=True)
+
+def _copy_pairs(pairs) -> None:
+    """Copy gloo's results into the outputs on the current stream. Pinned
+    sources: each copy is only enqueued and keeps its host buffer alive until
+    it has run."""
+    for tensor, host in pairs:
+        tensor.copy_(host, non_blocking=True)
+
+
+def _stream_failed(stream) -> bool:
+    """The stream failed: the work queued on it (staging copies) was dropped."""
+    return torch.spyre.stream_get_error(stream) != torch.spyre.SpyreStreamError.Success
 
 
 class SpyreCCLWork(Work):
@@ -171,7 +189,8 @@ class SpyreCCLWork(Work):
     NCCL's `wait()` makes it wait for the collective. `get_future()` is a
     `torch.futures.Future` completed with the output tensors at the same point
     in stream order. A failure is raised by every `wait()` and nothing is
-    copied back.
+    copied back (a pipelined all_reduce that gloo fails partway through may
+    have copied back the pieces reduced before).
     """
 
     def __init__(self, name, staging, outputs, comm_stream, called, timeout):
@@ -188,19 +207,26 @@ class SpyreCCLWork(Work):
         self._done_event = None  # recorded on the comm stream after the copies back
         self._future = None
 
+    # Called by the completion thread: results of gloo (all of them, or one
+    # piece of a pipelined all_reduce) go back on the comm stream.
+    def _copy_back(self, pairs) -> None:
+        with torch.spyre.stream(self._comm_stream):
+            if self._called is not None:
+                # Before the first copy back: WAW/WAR on the outputs.
+                self._comm_stream.wait_event(self._called)
+                self._called = None
+            _copy_pairs(pairs)
+
     # Called once, by the progress thread (the collective could not start) or
     # the completion thread (gloo finished or failed).
     def _complete(self, error) -> None:
         if error is None and self._comm_stream is None:
-            self._staging.finish()  # CPU twins only (PREMUL_SUM): plain copies
+            _copy_pairs(self._staging.back)  # CPU twins only (PREMUL_SUM): plain copies
         elif error is None:
             try:
-                with torch.spyre.stream(self._comm_stream):
-                    if self._called is not None:
-                        self._comm_stream.wait_event(self._called)  # WAW/WAR on the outputs
-                    self._staging.finish()
-                    self._done_event = torch.spyre.Event()
-                    self._done_event.record(self._comm_stream)
+                self._copy_back(self._staging.back)
+                self._done_event = torch.spyre.Event()
+                self._done_event.record(self._comm_stream)
             except BaseException as e:  # noqa: B036 (handed to every waiter)
                 error = e
         with self._lock:
@@ -263,6 +289,69 @@ class SpyreCCLWork(Work):
             "pending" if not self._finished.is_set() else "failed" if self._error else "done"
         )
         return f"SpyreCCLWork({self._name}, {state})"
+
+
+class _Exchange:
+    """An all-gather of every rank's short description of a collective (or
+    "!" and why it cannot take part), in flight on gloo."""
+
+    def __init__(self, gloo, described):
+        raw = described.encode()[:_SIGNATURE_BYTES]
+        mine = torch.zeros(_SIGNATURE_BYTES, dtype=torch.uint8)
+        if raw:
+            mine[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        self._every = torch.empty(gloo.size() * _SIGNATURE_BYTES, dtype=torch.uint8)
+        self._work = gloo._allgather_base(self._every, mine)
+
+    def rows(self) -> list:
+        """Every rank's description, by rank (waits for gloo)."""
+        self._work.wait()
+        return [
+            bytes(row.tolist()).rstrip(b"\0").decode(errors="replace")
+            for row in self._every.view(-1, _SIGNATURE_BYTES)
+        ]
+
+
+def _refuse_mismatch(name, rows) -> None:
+    """Raise, on every rank alike, if a rank could not take part or the
+    ranks' descriptions differ."""
+    failed = [(r, row[1:]) for r, row in enumerate(rows) if row.startswith("!")]
+    if failed:
+        ranks = "; ".join(f"rank {r}: {why}" for r, why in failed)
+        raise RuntimeError(f"spyreccl: {name} failed before moving any data ({ranks})")
+    if any(row != rows[0] for row in rows):
+        ranks = "; ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
+        raise RuntimeError(
+            f"spyreccl: {name} does not match across ranks ({ranks}): every rank "
+            "must call the same collective with the same dtypes and shapes"
+        )
+
+
+def _unread(stream) -> str:
+    """Why a rank cannot take part: its stream failed, the staging copies were dropped."""
+    return f"its inputs were never read: stream {stream.stream_id} failed before the collective"
+
+
+class _Pieces:
+    """The gloo works of a pipelined all_reduce, each with the piece of the
+    output it produces: the completion thread copies a piece back as soon as
+    its work is done, while gloo still reduces the next ones."""
+
+    def __init__(self, name, status):
+        self.name = name
+        self.status = status  # _Exchange: did every rank stage its inputs? (None: unchecked)
+        self.error = None  # this rank's staging failed partway
+        self.works = []  # (gloo work, [(output piece, host piece)])
+
+    def add(self, work, output, host) -> None:
+        self.works.append((work, [(output, host)]))
+
+    def confirm(self) -> None:
+        """Raise unless every rank's inputs were read: then nothing goes back."""
+        if self.status is not None:
+            _refuse_mismatch(self.name, self.status.rows())
+        if self.error is not None:
+            raise self.error
 
 
 class _AllOf:
@@ -355,11 +444,10 @@ def _progress_loop(progress: _Progress) -> None:
         try:
             if ready is not None:
                 ready.synchronize()
-                if torch.spyre.stream_get_error(caller) != torch.spyre.SpyreStreamError.Success:
+                if _stream_failed(caller):
                     # The stream failed before the staging copies ran: they
                     # were discarded (its next synchronize() raises why).
-                    why = (f"its inputs were never read: stream {caller.stream_id} failed "
-                           "before the collective")
+                    why = _unread(caller)
                     error = RuntimeError(f"spyreccl: {work._name}: {why}")
         except BaseException as e:  # noqa: B036 (handed to the waiters)
             error = e
@@ -388,11 +476,23 @@ def _completion_loop(finished) -> None:
         item = None
         if error is None:
             try:
-                inner.wait()
+                _await_gloo(inner, work)
             except BaseException as e:  # noqa: B036
                 error = e
         work._complete(error)
         inner = work = error = None
+
+
+def _await_gloo(inner, work) -> None:
+    """Wait for a collective's gloo work; the pieces of a pipelined all_reduce
+    are copied back one by one, as each is reduced."""
+    if not isinstance(inner, _Pieces):
+        inner.wait()
+        return
+    inner.confirm()
+    for piece, pairs in inner.works:
+        piece.wait()
+        work._copy_back(pairs)
 
 
 class ProcessGroupSpyreCCL(ProcessGroup):
@@ -441,15 +541,9 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         spyre collectives compare it across ranks before moving any data."""
         comm = None
         if staging.spyre:
-            with self._comm_stream_lock:
-                if self._comm_stream is None:
-                    # The group's communication stream (NCCL's ncclStream): the
-                    # copies back run on it, and wait() makes callers wait for it.
-                    self._comm_stream = torch.spyre.Stream()
-                comm = self._comm_stream
-            for tensor, _ in staging.back:
-                if _is_spyre(tensor):
-                    tensor.record_stream(comm)  # written on comm: not reused before
+            comm = self._comm()
+            for tensor in staging.written:
+                tensor.record_stream(comm)  # written on comm: not reused before
             if signature is not None and self._check:
                 described, collective = f"{name}({signature})", launch
 
@@ -463,29 +557,19 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
         return self._progress.submit(name, staging, outputs, launch, comm, direct)
 
+    def _comm(self):
+        """The group's communication stream (NCCL's ncclStream): the copies
+        back run on it, and wait() makes callers wait for it."""
+        with self._comm_stream_lock:
+            if self._comm_stream is None:
+                self._comm_stream = torch.spyre.Stream()
+            return self._comm_stream
+
     def _check_signature(self, name, described) -> None:
-        """All-gather every rank's description of the collective (gloo, on the
-        progress thread, in order) and refuse a mismatch on every rank: gloo
-        itself would abort the process on a size mismatch."""
-        raw = described.encode()[:_SIGNATURE_BYTES]
-        mine = torch.zeros(_SIGNATURE_BYTES, dtype=torch.uint8)
-        mine[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        every = torch.empty(self.size() * _SIGNATURE_BYTES, dtype=torch.uint8)
-        self._gloo._allgather_base(every, mine).wait()
-        rows = [
-            bytes(row.tolist()).rstrip(b"\0").decode(errors="replace")
-            for row in every.view(self.size(), _SIGNATURE_BYTES)
-        ]
-        failed = [(r, row[1:]) for r, row in enumerate(rows) if row.startswith("!")]
-        if failed:
-            ranks = "; ".join(f"rank {r}: {why}" for r, why in failed)
-            raise RuntimeError(f"spyreccl: {name} failed before moving any data ({ranks})")
-        if any(row != rows[0] for row in rows):
-            ranks = "; ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
-            raise RuntimeError(
-                f"spyreccl: {name} does not match across ranks ({ranks}): every rank "
-                "must call the same collective with the same dtypes and shapes"
-            )
+        """Compare the collective across ranks (gloo, on the progress thread,
+        in order) and refuse a mismatch on every rank: gloo itself would abort
+        the process on a size mismatch."""
+        _refuse_mismatch(name, _Exchange(self._gloo, described).rows())
 
     def _cpu(self, name, launch) -> Work:
         """A collective on CPU tensors only, in order with the queued ones."""
@@ -535,33 +619,58 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         return self._run("allreduce", staging, tensors, launch, signature=signature)
 
     def _allreduce_pipelined(self, tensor, opts):
-        """A large all_reduce in pieces: gloo reduces piece k while piece k+1
-        is still being copied to the host (each piece has its own event)."""
+        """A large all_reduce in pieces, each with its own event: gloo reduces
+        piece k while piece k+1 is still being copied to the host, and piece k
+        is copied back while gloo reduces the next ones. gloo reduces in place
+        in the pinned buffer."""
         _check_reduce_op(opts.reduceOp, [tensor])
-        signature = f"{opts.reduceOp.op.name}, {_describe(tensor)}"
+        described = f"allreduce({opts.reduceOp.op.name}, {_describe(tensor)})"
+        caller = torch.spyre.current_stream()
         flat = tensor.view(-1)
         host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-        step = -(-flat.numel() // _PIPELINE_PIECES)
-        pieces, ready = [], []
-        for start in range(0, flat.numel(), step):
-            piece = slice(start, min(start + step, flat.numel()))
+        pieces = []  # (output piece, host piece, its staging copy done)
+        for piece in _piece_slices(flat.numel(), flat.element_size()):
             host[piece].copy_(flat[piece], non_blocking=True)  # the caller's stream
-            event = torch.spyre.Event()
-            event.record()
-            pieces.append(piece)
-            ready.append(event)
+            staged = torch.spyre.Event()
+            staged.record()
+            pieces.append((flat[piece], host[piece], staged))
         staging = _Staging()
         staging.staged = staging.spyre = True  # `reads` stays False: launch waits per piece
-        staging.back = [(flat, host)]
+        staging.written = [flat]  # `back` stays empty: the pieces go back one by one
 
         def launch():
-            works = []
-            for piece, event in zip(pieces, ready):
-                event.synchronize()
-                works.append(self._gloo.allreduce([host[piece]], opts))
-            return _AllOf(works)
+            return self._reduce_pieces(described, caller, pieces, opts)
 
-        return self._run("allreduce", staging, [tensor], launch, signature=signature)
+        return self._run("allreduce", staging, [tensor], launch)
+
+    def _reduce_pieces(self, described, caller, pieces, opts) -> _Pieces:
+        """The progress thread's part of a pipelined all_reduce: compare it
+        across ranks, then hand each piece to gloo once it is on the host.
+
+        The comparison is issued before waiting for the first piece, so it
+        overlaps the staging. Whether every rank's inputs were read is then
+        exchanged (only once the ranks agree on the collective, so every rank
+        issues the same gloo operations), but waited for only before the
+        first copy back: gloo starts on the data meanwhile."""
+        signature = _Exchange(self._gloo, described) if self._check else None
+        pieces[0][2].synchronize()
+        unread = _unread(caller) if _stream_failed(caller) else None
+        status = None
+        if signature is not None:
+            _refuse_mismatch("allreduce", signature.rows())  # before any data
+            status = _Exchange(self._gloo, "" if unread is None else "!" + unread)
+        elif unread is not None:
+            raise RuntimeError(f"spyreccl: allreduce: {unread}")
+        reductions = _Pieces("allreduce", status)
+        for output, twin, staged in pieces:
+            staged.synchronize()
+            if unread is None and reductions.error is None and _stream_failed(caller):
+                reductions.error = RuntimeError(
+                    f"spyreccl: allreduce: its inputs were only partly read: stream "
+                    f"{caller.stream_id} failed during the collective")
+            # Issued even if a rank failed: every rank waits for every piece.
+            reductions.add(self._gloo.allreduce([twin], opts), output, twin)
+        return reductions
 
     def broadcast(self, tensors, opts):
         staging = _Staging()
