@@ -44,14 +44,13 @@
 // Current stream. Per thread (thread_local), starting at the default stream.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <functional>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <array>
 
 #include <c10/core/Stream.h>
 #include <c10/macros/Macros.h>
