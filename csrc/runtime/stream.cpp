@@ -98,11 +98,6 @@ HostComputeSetting parseHostComputeSetting() {
   return {static_cast<int>(value), ""};
 }
 
-// `device` is an index ensureDevice() accepted, in [0, kMaxDevices).
-c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
-  return detail::makeSpyreStream(device, id);
-}
-
 void initializeStreamPoolImpl(c10::DeviceIndex device) {
   StreamPool& pool = streamPool();
   const int host_compute_count = hostComputeStreamCount();  // raises on a bad value
@@ -326,7 +321,7 @@ SpyreStream getStreamFromPool(int priority, c10::DeviceIndex device) {
   // On an id miss, creates the flex stream and inserts it (once per id); once
   // it exists, only the once-flag's acquire load: the map is not searched.
   createRuntimeStream(id, high_priority);
-  return SpyreStream(makeStream(device, id));
+  return SpyreStream(detail::makeSpyreStream(device, id));
 }
 
 SpyreStream getHostComputeStream(c10::DeviceIndex device) {
@@ -338,7 +333,7 @@ SpyreStream getHostComputeStream(c10::DeviceIndex device) {
     id = pool.host_compute_streams[pool.next_host_compute_idx];
     pool.next_host_compute_idx = (pool.next_host_compute_idx + 1) % pool.host_compute_streams.size();
   }
-  return SpyreStream(makeStream(device, id));
+  return SpyreStream(detail::makeSpyreStream(device, id));
 }
 
 SpyreStream getHostComputeStreamById(c10::StreamId id, c10::DeviceIndex device) {
@@ -350,17 +345,17 @@ SpyreStream getHostComputeStreamById(c10::StreamId id, c10::DeviceIndex device) 
               " is not a host-compute stream id (expected an id from ", kFirstHostComputeStreamId,
               " to ", kFirstHostComputeStreamId + count - 1, ": ", count,
               " host-compute streams, TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS)");
-  return SpyreStream(makeStream(device, id));
+  return SpyreStream(detail::makeSpyreStream(device, id));
 }
 
 SpyreStream getDefaultStream(c10::DeviceIndex device) {
-  return SpyreStream(makeStream(ensureDevice(device), kDefaultStreamId));
+  return SpyreStream(detail::makeSpyreStream(ensureDevice(device), kDefaultStreamId));
 }
-
 
 SpyreStream setCurrentStream(SpyreStream stream) {
   stream.resolveRuntimeHandle();  // reject unmapped ids and other devices now
-  SpyreStream previous(makeStream(stream.device_index(), detail::tls_current_stream_id));
+  SpyreStream previous(
+      detail::makeSpyreStream(stream.device_index(), detail::tls_current_stream_id));
   detail::tls_current_stream_id = stream.id();
   return previous;
 }
