@@ -81,13 +81,6 @@ void Scheduler::makeReady(RuntimeStream::Impl* stream) {
     if (sleeping) engine->wake_cv.notify_one();
     return;
   }
-  // An engine that has just let go of a stream takes the next ready one
-  // itself. Starting another engine instead would split one stream's work
-  // over several threads, each with its own OpenMP team for CPU kernels:
-  // the idle teams' spinning threads then take cores from the busy one.
-  const size_t ready = static_cast<size_t>(ready_count_[0].load(std::memory_order_relaxed) +
-                                           ready_count_[1].load(std::memory_order_relaxed));
-  if (ready <= returning_.load(std::memory_order_relaxed)) return;
   if (engines_.size() < config_.max_engines) startEngineLocked();
 }
 
@@ -142,11 +135,9 @@ void Scheduler::engineMain(Engine* self) {
       continue;
     }
     lock.unlock();
-    bool counted = false;  // runStream() raised returning_ for this engine
-    if (runStream(stream, counted)) requeue = stream;
+    if (runStream(stream)) requeue = stream;
     ran_work = true;
     lock.lock();
-    if (counted) returning_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 
@@ -189,7 +180,7 @@ bool Scheduler::awaitMoreWork(RuntimeStream::Impl* stream, std::unique_lock<std:
   return !stream->queue.empty();
 }
 
-bool Scheduler::runStream(RuntimeStream::Impl* stream, bool& counted) {
+bool Scheduler::runStream(RuntimeStream::Impl* stream) {
   std::unique_lock<std::mutex> lock(stream->mutex);
   // The host looks like it is launching in a loop when operations were queued
   // behind the one taken and no synchronize() caller was just woken.
@@ -199,9 +190,6 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream, bool& counted) {
     const bool drained =
         stream->queue.empty() && !(backlog && !woke_waiter && awaitMoreWork(stream, lock));
     if (drained || stopping_.load(std::memory_order_relaxed)) {
-      // Counted before a launch can see the stream Idle (it holds this lock).
-      returning_.fetch_add(1, std::memory_order_relaxed);
-      counted = true;
       stream->state = State::Idle;  // on shutdown the queue is abandoned afterwards
       return false;
     }
@@ -221,8 +209,6 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream, bool& counted) {
       // before the stream is marked Parked.
       const uint64_t token = stream->completed.load(std::memory_order_relaxed);
       if (!front.sync->passOrPark(stream, token)) {
-        returning_.fetch_add(1, std::memory_order_relaxed);
-        counted = true;
         stream->state = State::Parked;
         stream->parked_since_ns = nowNs();  // tracing may start while parked
         return false;

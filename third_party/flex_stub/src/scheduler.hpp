@@ -64,10 +64,8 @@ class Scheduler {
   // wake. Called with mutex_ held and `self` in idle_; returns with it held.
   void linger(Engine* self, std::unique_lock<std::mutex>& lock);
   // Runs operations of `stream` until it empties, parks, fails, or has to yield
-  // to another ready stream. Returns true when it must be requeued. Sets
-  // `counted` when it raised returning_ (drained or parked): the engine
-  // lowers it once it holds mutex_ again.
-  bool runStream(RuntimeStream::Impl* stream, bool& counted);
+  // to another ready stream. Returns true when it must be requeued.
+  bool runStream(RuntimeStream::Impl* stream);
   // Called with `stream` locked and its queue empty after a backlog, when the
   // host looks like it is launching in a loop. The engine keeps the stream
   // (still Running) for up to kLingerTime, yielding its core, in case more
@@ -95,10 +93,6 @@ class Scheduler {
   Ring<RuntimeStream::Impl*> ready_[2];  // index: kHigh, kNormal
   std::atomic<int> ready_count_[2] = {};  // mirrors ready_ sizes for lock-free yield checks
   std::vector<Engine*> idle_;             // LIFO: the most recently busy engine is cache-warm
-  // Engines that have let go of a stream (drained or parked) and are on their
-  // way back to the ready queue; raised under the stream's mutex, lowered
-  // under mutex_. makeReady() counts on them before it starts an engine.
-  std::atomic<size_t> returning_{0};
   std::vector<std::unique_ptr<Engine>> engines_;
 
   std::mutex sleep_mutex_;
