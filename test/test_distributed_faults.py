@@ -114,6 +114,103 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
     assert [res["after"] for res in results] == [[3.0, 3.0], [3.0, 3.0]]
 
 
+def test_a_device_failure_after_the_first_piece_fails_the_all_reduce_on_every_rank(tmp_path):
+    # A 17 MiB all_reduce goes in two pieces (16 MiB, then 1 MiB). Rank 0's
+    # stream fails (an injected fault) after its first piece was staged and
+    # checked, before its second piece is staged: a gate is enqueued on its
+    # stream right after the first piece's staging copy, and the fault is
+    # injected once the progress thread has issued the exchange that follows
+    # the check of the first piece. Every rank gets the same error naming
+    # rank 0 and its stream, the first piece (reduced from inputs both ranks
+    # read) was copied back and the last one not, and the group keeps
+    # working, in pieces too.
+    torchrun(
+        tmp_path,
+        PRELUDE
+        + textwrap.dedent(
+            f"""
+        import time
+        from datetime import timedelta
+        import torch_spyre.distributed as ccl
+        from torch_spyre.testing import Gate, inject_fault
+        NUMEL = 17 * 2**20 // 4
+        dist.init_process_group(timeout=timedelta(seconds={PG_TIMEOUT}))
+        r = dist.get_rank()
+        held, checked = Gate(), threading.Event()
+        stage, exchange, staged, exchanges = ccl._stage, ccl._Exchange, [], []
+
+        def stage_then_hold(host, tensor):
+            event = stage(host, tensor)
+            if r == 0 and not staged:
+                held.block()  # after the first piece's copy and event: the second waits
+            staged.append(tensor.numel())
+            return event
+
+        class Exchange(exchange):
+            def __init__(self, gloo, described):
+                super().__init__(gloo, described)
+                exchanges.append(described)
+                if len(exchanges) == 2:  # the signature, then "was the first piece read"
+                    checked.set()
+
+        ccl._stage, ccl._Exchange = stage_then_hold, Exchange
+        s = torch.spyre.Stream()
+        with torch.spyre.stream(s):
+            t = torch.full((NUMEL,), r + 1.0, device="spyre")
+            work = dist.all_reduce(t, async_op=True)
+            if r == 0:
+                out["checked"] = checked.wait({PG_TIMEOUT})
+                inject_fault(s, "injected: the card failed")  # hits the second piece's copy
+                held.release()
+            out["wait"] = [error(work.wait), error(work.wait), work.is_success()]
+            out["stream"] = [s.stream_id, error(s.synchronize)]
+        ccl._stage, ccl._Exchange = stage, exchange
+        out["staged"] = staged
+        out["exchanges"] = exchanges
+        # The first piece's copy back (the communication stream waited for the
+        # failed stream's event, which completed), then read on this stream.
+        dist.group.WORLD._comm_stream.synchronize()
+        values, counts = torch.unique_consecutive(t.cpu(), return_counts=True)
+        out["t"] = [values.tolist(), counts.tolist()]
+        t = torch.full((2,), r + 1.0, device="spyre")
+        dist.all_reduce(t)
+        out["after"] = t.cpu().tolist()
+        t = torch.full((NUMEL,), r + 1.0, device="spyre")
+        dist.all_reduce(t)
+        out["after_in_pieces"] = bool((t.cpu() == 3.0).all())
+        dist.destroy_process_group()
+        save()
+        """
+        ),
+        timeout=PG_TIMEOUT + 90,
+    )
+    results = rank_results(tmp_path)
+    stream_id = results[0]["stream"][0]
+    failed = [
+        "RuntimeError",
+        f"spyreccl: allreduce failed partway (rank 0: its inputs were only partly read: stream "
+        f"{stream_id} failed during the collective): the pieces reduced before were copied back "
+        "and the last one was not, so the tensor's contents are undefined on every rank",
+    ]
+    assert [res["wait"] for res in results] == [[failed, failed, False]] * 2
+    assert results[0]["stream"][1] == ["RuntimeError", "injected: the card failed"]
+    assert results[1]["stream"][1] is None
+    first, rest = 4 * 2**20, 2**18  # 16 MiB and 1 MiB of float32
+    assert [res["staged"] for res in results] == [[first, rest]] * 2
+    partly = (f"!its inputs were only partly read: stream {stream_id} failed during the "
+              "collective")
+    assert [res["exchanges"] for res in results] == [
+        ["allreduce(SUM, torch.float32 [4456448])", "", partly],
+        ["allreduce(SUM, torch.float32 [4456448])", "", ""],
+    ]
+    assert results[0]["checked"] is True
+    # The first piece holds the sum (1 + 2); the last keeps each rank's input.
+    assert [res["t"] for res in results] == [[[3.0, 1.0], [first, rest]],
+                                             [[3.0, 2.0], [first, rest]]]
+    assert [res["after"] for res in results] == [[3.0, 3.0]] * 2
+    assert [res["after_in_pieces"] for res in results] == [True, True]
+
+
 # Rank 1 passes strided views (transposed, every other column) where rank 0
 # passes contiguous tensors of the same shapes, and the reverse.
 STRIDED = PRELUDE + f"""

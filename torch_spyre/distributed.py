@@ -216,8 +216,8 @@ class SpyreCCLWork(Work):
     NCCL's `wait()` makes it wait for the collective. `get_future()` is a
     `torch.futures.Future` completed with the output tensors at the same point
     in stream order. A failure is raised by every `wait()` and nothing is
-    copied back (a pipelined all_reduce that gloo fails partway through may
-    have copied back the pieces reduced before).
+    copied back (a pipelined all_reduce that gloo, or a rank's staging, fails
+    partway through may have copied back the pieces reduced before).
     """
 
     def __init__(self, name, staging, outputs, comm_stream, called, timeout):
@@ -339,13 +339,17 @@ class _Exchange:
         ]
 
 
+def _failed_ranks(rows) -> str:
+    """The ranks whose row says they could not take part, and why ("" if none)."""
+    return "; ".join(f"rank {r}: {row[1:]}" for r, row in enumerate(rows) if row.startswith("!"))
+
+
 def _refuse_mismatch(name, rows) -> None:
     """Raise, on every rank alike, if a rank could not take part or the
     ranks' descriptions differ."""
-    failed = [(r, row[1:]) for r, row in enumerate(rows) if row.startswith("!")]
+    failed = _failed_ranks(rows)
     if failed:
-        ranks = "; ".join(f"rank {r}: {why}" for r, why in failed)
-        raise RuntimeError(f"spyreccl: {name} failed before moving any data ({ranks})")
+        raise RuntimeError(f"spyreccl: {name} failed before moving any data ({failed})")
     if any(row != rows[0] for row in rows):
         ranks = "; ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
         raise RuntimeError(
@@ -359,26 +363,52 @@ def _unread(stream) -> str:
     return f"its inputs were never read: stream {stream.stream_id} failed before the collective"
 
 
+def _partly_read(stream) -> str:
+    """A pipelined all_reduce whose stream failed after its first piece was staged."""
+    return (
+        f"its inputs were only partly read: stream {stream.stream_id} failed during the "
+        "collective"
+    )
+
+
 class _Pieces:
     """The gloo works of a pipelined all_reduce, each with the piece of the
     output it produces: the completion thread copies a piece back as soon as
     its work is done, while gloo still reduces the next ones."""
 
-    def __init__(self, name, status):
+    def __init__(self, name):
         self.name = name
-        self.status = status  # _Exchange: did every rank stage its inputs? (None: unchecked)
-        self.error = None  # this rank's staging failed partway
+        # _Exchange: was every rank's first piece read? did every rank read all
+        # its pieces? (None: unchecked, or a single piece)
+        self.read = None
+        self.fully_read = None
+        self.error = None  # this rank's staging failed partway (unchecked)
         self.works = []  # (gloo work, [(output, host)] to copy back once it is done)
 
     def add(self, work, pairs) -> None:
         self.works.append((work, pairs))
 
-    def confirm(self) -> None:
-        """Raise unless every rank's inputs were read: then nothing goes back."""
-        if self.status is not None:
-            _refuse_mismatch(self.name, self.status.rows())
-        if self.error is not None:
-            raise self.error
+    def unread(self):
+        """The error if a rank read none of its inputs: then nothing goes back."""
+        if self.read is not None:
+            try:
+                _refuse_mismatch(self.name, self.read.rows())
+            except RuntimeError as e:
+                return e
+        return None
+
+    def partly_read(self):
+        """The error if a rank's stream failed after its first piece was read:
+        the pieces reduced before were copied back, the last one is not."""
+        if self.fully_read is not None:
+            failed = _failed_ranks(self.fully_read.rows())
+            if failed:
+                return RuntimeError(
+                    f"spyreccl: {self.name} failed partway ({failed}): the pieces reduced "
+                    "before were copied back and the last one was not, so the tensor's "
+                    "contents are undefined on every rank"
+                )
+        return self.error
 
 
 class _AllOf:
@@ -516,10 +546,16 @@ def _await_gloo(inner, work) -> None:
     if not isinstance(inner, _Pieces):
         inner.wait()
         return
-    inner.confirm()
-    for piece, pairs in inner.works:
-        piece.wait()
-        work._copy_back(pairs)
+    error = inner.unread()
+    last = len(inner.works) - 1
+    for k, (piece, pairs) in enumerate(inner.works):
+        piece.wait()  # every piece, even after a failure: then nothing of it runs on
+        if k == last and error is None:
+            error = inner.partly_read()
+        if error is None:
+            work._copy_back(pairs)
+    if error is not None:
+        raise error
 
 
 class ProcessGroupSpyreCCL(ProcessGroup):
@@ -695,26 +731,34 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
         The comparison is issued before waiting for the first piece, so it
         overlaps the staging. Whether every rank's inputs were read is then
-        exchanged (only once the ranks agree on the collective, so every rank
-        issues the same gloo operations), but waited for only before the
-        first copy back: gloo starts on the data meanwhile."""
+        exchanged twice (only once the ranks agree on the collective, so every
+        rank issues the same gloo operations), neither waited for here, so
+        gloo starts on the data meanwhile: once the first piece is on the host
+        (waited for before the first copy back: a rank whose stream had
+        already failed read nothing), and once the last one is (issued ahead
+        of the last piece, waited for before its copy back: a stream that
+        failed in between read only part)."""
         signature = _Exchange(self._gloo, described) if self._check else None
         pieces[0][1].synchronize()
         unread = _unread(caller) if _stream_failed(caller) else None
-        status = None
+        reductions = _Pieces("allreduce")
         if signature is not None:
             _refuse_mismatch("allreduce", signature.rows())  # before any data
-            status = _Exchange(self._gloo, "" if unread is None else "!" + unread)
+            reductions.read = _Exchange(self._gloo, "" if unread is None else "!" + unread)
         elif unread is not None:
             raise RuntimeError(f"spyreccl: allreduce: {unread}")
-        reductions = _Pieces("allreduce", status)
-        for twin, staged, back in pieces:
+        last = len(pieces) - 1
+        for k, (twin, staged, back) in enumerate(pieces):
             staged.synchronize()
-            if unread is None and reductions.error is None and _stream_failed(caller):
-                reductions.error = RuntimeError(
-                    f"spyreccl: allreduce: its inputs were only partly read: stream "
-                    f"{caller.stream_id} failed during the collective")
-            # Issued even if a rank failed: every rank waits for every piece.
+            if k == last and k > 0:
+                # A failure since the first piece latched on the stream.
+                partly = _partly_read(caller) if unread is None and _stream_failed(caller) else None
+                if signature is not None:
+                    reductions.fully_read = _Exchange(
+                        self._gloo, "" if partly is None else "!" + partly)
+                elif partly is not None:
+                    reductions.error = RuntimeError(f"spyreccl: allreduce: {partly}")
+            # Issued even if a rank failed: every rank issues every piece.
             reductions.add(self._gloo.allreduce([twin], opts), back)
         return reductions
 
