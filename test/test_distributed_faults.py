@@ -114,6 +114,215 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
     assert [res["after"] for res in results] == [[3.0, 3.0], [3.0, 3.0]]
 
 
+def test_a_device_failure_after_the_first_piece_fails_the_all_reduce_on_every_rank(tmp_path):
+    # A 17 MiB all_reduce goes in two pieces (16 MiB, then 1 MiB). Rank 0's
+    # stream fails (an injected fault) after its first piece was staged and
+    # checked, before its second piece is staged: a gate is enqueued on its
+    # stream right after the first piece's staging copy, and the fault is
+    # injected once the progress thread has issued the exchange that follows
+    # the check of the first piece. Every rank gets the same error naming
+    # rank 0 and its stream, the first piece (reduced from inputs both ranks
+    # read) was copied back and the last one not, and the group keeps
+    # working, in pieces too.
+    torchrun(
+        tmp_path,
+        PRELUDE
+        + textwrap.dedent(
+            f"""
+        import time
+        from datetime import timedelta
+        import torch_spyre.distributed as ccl
+        from torch_spyre.testing import Gate, inject_fault
+        NUMEL = 17 * 2**20 // 4
+        dist.init_process_group(timeout=timedelta(seconds={PG_TIMEOUT}))
+        r = dist.get_rank()
+        held, checked = Gate(), threading.Event()
+        stage, exchange, staged, exchanges = ccl._stage, ccl._Exchange, [], []
+
+        def stage_then_hold(host, tensor):
+            event = stage(host, tensor)
+            if r == 0 and not staged:
+                held.block()  # after the first piece's copy and event: the second waits
+            staged.append(tensor.numel())
+            return event
+
+        class Exchange(exchange):
+            def __init__(self, gloo, described):
+                super().__init__(gloo, described)
+                exchanges.append(described)
+                if len(exchanges) == 2:  # the signature, then "was the first piece read"
+                    checked.set()
+
+        ccl._stage, ccl._Exchange = stage_then_hold, Exchange
+        s = torch.spyre.Stream()
+        with torch.spyre.stream(s):
+            t = torch.full((NUMEL,), r + 1.0, device="spyre")
+            work = dist.all_reduce(t, async_op=True)
+            if r == 0:
+                out["checked"] = checked.wait({PG_TIMEOUT})
+                inject_fault(s, "injected: the card failed")  # hits the second piece's copy
+                held.release()
+            out["wait"] = [error(work.wait), error(work.wait), work.is_success()]
+            out["stream"] = [s.stream_id, error(s.synchronize)]
+        ccl._stage, ccl._Exchange = stage, exchange
+        out["staged"] = staged
+        out["exchanges"] = exchanges
+        # The first piece's copy back (the communication stream waited for the
+        # failed stream's event, which completed), then read on this stream.
+        dist.group.WORLD._comm_stream.synchronize()
+        values, counts = torch.unique_consecutive(t.cpu(), return_counts=True)
+        out["t"] = [values.tolist(), counts.tolist()]
+        t = torch.full((2,), r + 1.0, device="spyre")
+        dist.all_reduce(t)
+        out["after"] = t.cpu().tolist()
+        t = torch.full((NUMEL,), r + 1.0, device="spyre")
+        dist.all_reduce(t)
+        out["after_in_pieces"] = bool((t.cpu() == 3.0).all())
+        dist.destroy_process_group()
+        save()
+        """
+        ),
+        timeout=PG_TIMEOUT + 90,
+    )
+    results = rank_results(tmp_path)
+    stream_id = results[0]["stream"][0]
+    failed = [
+        "RuntimeError",
+        f"spyreccl: allreduce failed partway (rank 0: its inputs were only partly read: stream "
+        f"{stream_id} failed during the collective): the pieces reduced before were copied back "
+        "and the last one was not, so the tensor's contents are undefined on every rank",
+    ]
+    assert [res["wait"] for res in results] == [[failed, failed, False]] * 2
+    assert results[0]["stream"][1] == ["RuntimeError", "injected: the card failed"]
+    assert results[1]["stream"][1] is None
+    first, rest = 4 * 2**20, 2**18  # 16 MiB and 1 MiB of float32
+    assert [res["staged"] for res in results] == [[first, rest]] * 2
+    partly = (f"!its inputs were only partly read: stream {stream_id} failed during the "
+              "collective")
+    assert [res["exchanges"] for res in results] == [
+        ["allreduce(SUM, torch.float32 [4456448])", "", partly],
+        ["allreduce(SUM, torch.float32 [4456448])", "", ""],
+    ]
+    assert results[0]["checked"] is True
+    # The first piece holds the sum (1 + 2); the last keeps each rank's input.
+    assert [res["t"] for res in results] == [[[3.0, 1.0], [first, rest]],
+                                             [[3.0, 2.0], [first, rest]]]
+    assert [res["after"] for res in results] == [[3.0, 3.0]] * 2
+    assert [res["after_in_pieces"] for res in results] == [True, True]
+
+
+# Rank 1 passes strided views (transposed, every other column) where rank 0
+# passes contiguous tensors of the same shapes, and the reverse.
+STRIDED = PRELUDE + f"""
+from datetime import timedelta
+dist.init_process_group(timeout=timedelta(seconds={PG_TIMEOUT}))
+r = dist.get_rank()
+
+def strided(values, ranks=(1,)):
+    # The values of `values` (2-D, CPU), on spyre, strided on `ranks`.
+    if r not in ranks:
+        return values.to("spyre")
+    if values.shape[0] == values.shape[1]:
+        return values.t().contiguous().to("spyre").t()  # transposed
+    wide = torch.zeros(values.shape[0], 2 * values.shape[1])
+    wide[:, ::2] = values
+    return wide.to("spyre")[:, ::2]  # every other column
+
+def grid(rows, cols, offset=0.0):
+    return torch.arange(rows * cols, dtype=torch.float32).reshape(rows, cols) + offset
+
+def read(t):
+    return [list(t.stride()), t.cpu().tolist()]
+
+a = strided(grid(3, 3, 10.0 * r))
+dist.all_reduce(a)
+out["all_reduce"] = read(a)
+a = strided(grid(2, 3, 10.0 * r), ranks=(0,))
+dist.all_reduce(a, op=dist.ReduceOp.MAX)
+out["all_reduce.MAX"] = read(a)
+# 18 MiB: two pieces on gloo; the strided rank stages and copies back whole.
+n = 2304
+big = grid(n, 2048)
+a = strided(big + r) if r == 0 else (big.t().contiguous() + r).to("spyre").t()
+out["large.contiguous"] = a.is_contiguous()
+dist.all_reduce(a)
+out["large"] = torch.equal(a.cpu(), big * 2 + 1)
+b = strided(grid(2, 3, 10.0 * r))
+dist.broadcast(b, src=1)
+out["broadcast.from_strided"] = read(b)
+b = strided(grid(2, 3, 10.0 * r))
+dist.broadcast(b, src=0)
+out["broadcast.into_strided"] = read(b)
+outs = [strided(torch.zeros(2, 3)) for _ in range(2)]
+dist.all_gather(outs, strided(grid(2, 3, 10.0 * r)))
+out["all_gather"] = [read(o) for o in outs]
+o = strided(torch.zeros(4, 3))
+dist.all_gather_into_tensor(o, strided(grid(2, 3, 10.0 * r)))
+out["all_gather_into_tensor"] = read(o)
+o = strided(torch.zeros(1, 3))
+dist.reduce_scatter_tensor(o, strided(grid(2, 3, 10.0 * r)))
+out["reduce_scatter_tensor"] = read(o)
+# A tensor whose elements share memory cannot be written: refused on every
+# rank before any data moves, small or in pieces; read-only it is fine.
+e = torch.ones(1, device="spyre").expand(3) if r == 1 else torch.ones(3, device="spyre")
+out["overlap"] = [error(lambda: dist.all_reduce(e)), e.cpu().tolist()]
+e = (torch.ones(1, device="spyre").expand(5 * 2**20) if r == 0
+     else torch.ones(5 * 2**20, device="spyre"))
+out["overlap.large"] = error(lambda: dist.all_reduce(e))
+e = torch.full((1,), 10.0 * r + 1, device="spyre").expand(3)
+x = torch.zeros(3, device="spyre") if r == 0 else e
+dist.broadcast(x, src=1)
+out["overlap.read_only"] = x.cpu().tolist()
+a = torch.full((2,), r + 1.0, device="spyre")
+dist.all_reduce(a)
+out["after"] = a.cpu().tolist()
+dist.destroy_process_group()
+save()
+"""
+
+
+def test_strided_tensors_on_one_rank_give_exact_results(tmp_path):
+    # Every spyre tensor is staged through a contiguous host twin and copied
+    # back element by element, so strides never reach gloo; whether an
+    # all_reduce goes in pieces depends on its size, not on the strides
+    # (before, a strided 18 MiB tensor on one rank left the ranks' gloo
+    # operations out of step: a hang or an abort).
+    torchrun(tmp_path, STRIDED)
+    results = rank_results(tmp_path)
+    total = [[10.0, 12.0, 14.0], [16.0, 18.0, 20.0], [22.0, 24.0, 26.0]]  # g + (g + 10)
+    assert [res["all_reduce"] for res in results] == [[[3, 1], total], [[1, 3], total]]
+    top = [[10.0, 11.0, 12.0], [13.0, 14.0, 15.0]]
+    assert [res["all_reduce.MAX"] for res in results] == [[[6, 2], top], [[3, 1], top]]
+    assert [res["large.contiguous"] for res in results] == [True, False]
+    assert [res["large"] for res in results] == [True, True]
+    assert [res["broadcast.from_strided"] for res in results] == [[[3, 1], top], [[6, 2], top]]
+    low = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert [res["broadcast.into_strided"] for res in results] == [[[3, 1], low], [[6, 2], low]]
+    assert [res["all_gather"] for res in results] == [
+        [[[3, 1], low], [[3, 1], top]], [[[6, 2], low], [[6, 2], top]]]
+    assert [res["all_gather_into_tensor"] for res in results] == [
+        [[3, 1], low + top], [[6, 2], low + top]]
+    # (g + g + 10) in halves: rank 0 the first row, rank 1 the second.
+    assert [res["reduce_scatter_tensor"] for res in results] == [
+        [[3, 1], [[10.0, 12.0, 14.0]]], [[6, 2], [[16.0, 18.0, 20.0]]]]
+    overlap = [
+        "RuntimeError",
+        "spyreccl: allreduce failed before moving any data (rank 1: the result cannot be "
+        "written into a tensor whose elements overlap in memory (shape [3], strides [0]): pass "
+        "one whose elements are distinct (e.g. .clone() it))",
+    ]
+    assert [res["overlap"] for res in results] == [[overlap, [1.0] * 3], [overlap, [1.0] * 3]]
+    overlap_large = [
+        "RuntimeError",
+        "spyreccl: allreduce failed before moving any data (rank 0: the result cannot be "
+        "written into a tensor whose elements overlap in memory (shape [5242880], strides [0]): "
+        "pass one whose elements are distinct (e.g. .clone() it))",
+    ]
+    assert [res["overlap.large"] for res in results] == [overlap_large] * 2
+    assert [res["overlap.read_only"] for res in results] == [[11.0] * 3] * 2
+    assert [res["after"] for res in results] == [[3.0, 3.0]] * 2
+
+
 def test_torchrun_max_restarts_recovers_from_a_rank_failing_once(tmp_path):
     proc = torchrun(
         tmp_path,

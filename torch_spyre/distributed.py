@@ -66,6 +66,20 @@ def _describe(tensor) -> str:
     return f"{tensor.dtype} {list(tensor.shape)}"
 
 
+def _overlapping(tensor):
+    """Why the collective cannot write `tensor` (None: it can). Strides do not
+    matter otherwise: every spyre tensor is staged through a contiguous host
+    twin and copied back element by element (docs/distributed.md, "Strided
+    tensors"), but a copy cannot write a tensor whose elements share memory."""
+    if torch._debug_has_internal_overlap(tensor) != 1:  # 1: MemOverlap::Yes
+        return None
+    return (
+        f"the result cannot be written into a tensor whose elements overlap in memory "
+        f"(shape {list(tensor.shape)}, strides {list(tensor.stride())}): pass one whose "
+        "elements are distinct (e.g. .clone() it)"
+    )
+
+
 def _check_reduce_op(op, tensors) -> None:
     """Refuse at the call what gloo would refuse later with a vaguer message."""
     name = op.op.name
@@ -92,6 +106,15 @@ def _piece_slices(numel, itemsize):
     """The pieces of a pipelined all_reduce (the last one may be shorter)."""
     step = max(_PIECE_BYTES // itemsize, 1)
     return [slice(start, min(start + step, numel)) for start in range(0, numel, step)]
+
+
+def _stage(host, tensor):
+    """Copy (part of) a pipelined all_reduce's input to the host on the current
+    stream (the caller's); returns the event that marks it staged."""
+    host.copy_(tensor, non_blocking=True)
+    staged = torch.spyre.Event()
+    staged.record()
+    return staged
 
 
 # The descriptions ranks compare before each staged collective (bytes, padded).
@@ -139,6 +162,7 @@ class _Staging:
         self.reads = False  # any device-to-host copy was enqueued
         self.back = []  # (tensor, host twin) pairs copied back at completion
         self.written = []  # spyre tensors the copies back write (on the comm stream)
+        self.problem = None  # why this rank cannot take part (refused on every rank)
 
     def __call__(self, tensor, *, read=True, write=True, private=False):
         """The tensor gloo should use in place of `tensor`.
@@ -149,10 +173,13 @@ class _Staging:
         """
         if not (_is_spyre(tensor) or private):
             return tensor
+        if write and _is_spyre(tensor) and self.problem is None:
+            self.problem = _overlapping(tensor)
         self.staged = True
         self.spyre = self.spyre or _is_spyre(tensor)
-        # Contiguous, pinned (so the copies are only enqueued) and allocated
-        # per call: gloo writes into it from its own threads.
+        # Contiguous whatever the tensor's strides (the copies convert), pinned
+        # (so the copies are only enqueued) and allocated per call: gloo
+        # writes into it from its own threads.
         host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=_is_spyre(tensor))
         if read:
             # On the caller's current stream: it reads what was enqueued before.
@@ -189,8 +216,8 @@ class SpyreCCLWork(Work):
     NCCL's `wait()` makes it wait for the collective. `get_future()` is a
     `torch.futures.Future` completed with the output tensors at the same point
     in stream order. A failure is raised by every `wait()` and nothing is
-    copied back (a pipelined all_reduce that gloo fails partway through may
-    have copied back the pieces reduced before).
+    copied back (a pipelined all_reduce that gloo, or a rank's staging, fails
+    partway through may have copied back the pieces reduced before).
     """
 
     def __init__(self, name, staging, outputs, comm_stream, called, timeout):
@@ -312,13 +339,17 @@ class _Exchange:
         ]
 
 
+def _failed_ranks(rows) -> str:
+    """The ranks whose row says they could not take part, and why ("" if none)."""
+    return "; ".join(f"rank {r}: {row[1:]}" for r, row in enumerate(rows) if row.startswith("!"))
+
+
 def _refuse_mismatch(name, rows) -> None:
     """Raise, on every rank alike, if a rank could not take part or the
     ranks' descriptions differ."""
-    failed = [(r, row[1:]) for r, row in enumerate(rows) if row.startswith("!")]
+    failed = _failed_ranks(rows)
     if failed:
-        ranks = "; ".join(f"rank {r}: {why}" for r, why in failed)
-        raise RuntimeError(f"spyreccl: {name} failed before moving any data ({ranks})")
+        raise RuntimeError(f"spyreccl: {name} failed before moving any data ({failed})")
     if any(row != rows[0] for row in rows):
         ranks = "; ".join(f"rank {r}: {row}" for r, row in enumerate(rows))
         raise RuntimeError(
@@ -332,26 +363,52 @@ def _unread(stream) -> str:
     return f"its inputs were never read: stream {stream.stream_id} failed before the collective"
 
 
+def _partly_read(stream) -> str:
+    """A pipelined all_reduce whose stream failed after its first piece was staged."""
+    return (
+        f"its inputs were only partly read: stream {stream.stream_id} failed during the "
+        "collective"
+    )
+
+
 class _Pieces:
     """The gloo works of a pipelined all_reduce, each with the piece of the
     output it produces: the completion thread copies a piece back as soon as
     its work is done, while gloo still reduces the next ones."""
 
-    def __init__(self, name, status):
+    def __init__(self, name):
         self.name = name
-        self.status = status  # _Exchange: did every rank stage its inputs? (None: unchecked)
-        self.error = None  # this rank's staging failed partway
-        self.works = []  # (gloo work, [(output piece, host piece)])
+        # _Exchange: was every rank's first piece read? did every rank read all
+        # its pieces? (None: unchecked, or a single piece)
+        self.read = None
+        self.fully_read = None
+        self.error = None  # this rank's staging failed partway (unchecked)
+        self.works = []  # (gloo work, [(output, host)] to copy back once it is done)
 
-    def add(self, work, output, host) -> None:
-        self.works.append((work, [(output, host)]))
+    def add(self, work, pairs) -> None:
+        self.works.append((work, pairs))
 
-    def confirm(self) -> None:
-        """Raise unless every rank's inputs were read: then nothing goes back."""
-        if self.status is not None:
-            _refuse_mismatch(self.name, self.status.rows())
-        if self.error is not None:
-            raise self.error
+    def unread(self):
+        """The error if a rank read none of its inputs: then nothing goes back."""
+        if self.read is not None:
+            try:
+                _refuse_mismatch(self.name, self.read.rows())
+            except RuntimeError as e:
+                return e
+        return None
+
+    def partly_read(self):
+        """The error if a rank's stream failed after its first piece was read:
+        the pieces reduced before were copied back, the last one is not."""
+        if self.fully_read is not None:
+            failed = _failed_ranks(self.fully_read.rows())
+            if failed:
+                return RuntimeError(
+                    f"spyreccl: {self.name} failed partway ({failed}): the pieces reduced "
+                    "before were copied back and the last one was not, so the tensor's "
+                    "contents are undefined on every rank"
+                )
+        return self.error
 
 
 class _AllOf:
@@ -489,10 +546,16 @@ def _await_gloo(inner, work) -> None:
     if not isinstance(inner, _Pieces):
         inner.wait()
         return
-    inner.confirm()
-    for piece, pairs in inner.works:
-        piece.wait()
-        work._copy_back(pairs)
+    error = inner.unread()
+    last = len(inner.works) - 1
+    for k, (piece, pairs) in enumerate(inner.works):
+        piece.wait()  # every piece, even after a failure: then nothing of it runs on
+        if k == last and error is None:
+            error = inner.partly_read()
+        if error is None:
+            work._copy_back(pairs)
+    if error is not None:
+        raise error
 
 
 class ProcessGroupSpyreCCL(ProcessGroup):
@@ -541,11 +604,16 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         spyre collectives compare it across ranks before moving any data."""
         comm = None
         if staging.spyre:
+            if staging.problem is not None and not (signature is not None and self._check):
+                # No comparison to tell the other ranks: refuse here.
+                raise ValueError(f"spyreccl: {name}: {staging.problem}")
             comm = self._comm()
             for tensor in staging.written:
                 tensor.record_stream(comm)  # written on comm: not reused before
             if signature is not None and self._check:
                 described, collective = f"{name}({signature})", launch
+                if staging.problem is not None:
+                    described = "!" + staging.problem  # refused on every rank
 
                 def launch(failure=None):
                     # failure: this rank cannot take part (its inputs were
@@ -597,10 +665,13 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     # ---------------------------------------------------------- collectives
 
     def allreduce(self, tensors, opts):
+        # Whether it goes in pieces must follow only from what every rank
+        # compares (count, dtype, shape, op): the pieces are other gloo
+        # operations, so a rank deciding otherwise (say, on its tensor's
+        # strides) would leave the ranks' gloo operations out of step.
         if (
             len(tensors) == 1
             and _is_spyre(tensors[0])
-            and tensors[0].is_contiguous()
             and tensors[0].nbytes >= _PIPELINE_BYTES
             and opts.reduceOp != ReduceOp.PREMUL_SUM
         ):
@@ -622,21 +693,32 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         """A large all_reduce in pieces, each with its own event: gloo reduces
         piece k while piece k+1 is still being copied to the host, and piece k
         is copied back while gloo reduces the next ones. gloo reduces in place
-        in the pinned buffer."""
+        in the pinned buffer.
+
+        A strided tensor goes to gloo in the same pieces (every rank must issue
+        the same gloo operations), but it is staged and copied back whole:
+        a piece of the host buffer is not a view of a strided tensor."""
         _check_reduce_op(opts.reduceOp, [tensor])
+        problem = _overlapping(tensor)
+        if problem is not None and not self._check:
+            raise ValueError(f"spyreccl: allreduce: {problem}")
         described = f"allreduce({opts.reduceOp.op.name}, {_describe(tensor)})"
+        if problem is not None:
+            described = "!" + problem  # refused on every rank
         caller = torch.spyre.current_stream()
-        flat = tensor.view(-1)
-        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-        pieces = []  # (output piece, host piece, its staging copy done)
-        for piece in _piece_slices(flat.numel(), flat.element_size()):
-            host[piece].copy_(flat[piece], non_blocking=True)  # the caller's stream
-            staged = torch.spyre.Event()
-            staged.record()
-            pieces.append((flat[piece], host[piece], staged))
+        host = torch.empty(tensor.numel(), dtype=tensor.dtype, pin_memory=True)
+        slices = _piece_slices(tensor.numel(), tensor.element_size())
+        if tensor.is_contiguous():
+            flat = tensor.view(-1)
+            # (host piece gloo reduces, its staging copy done, [(output, host)] copied back)
+            pieces = [(host[i], _stage(host[i], flat[i]), [(flat[i], host[i])]) for i in slices]
+        else:
+            staged = _stage(host.view(tensor.shape), tensor)
+            pieces = [(host[i], staged, []) for i in slices]
+            pieces[-1][2].append((tensor, host.view(tensor.shape)))
         staging = _Staging()
         staging.staged = staging.spyre = True  # `reads` stays False: launch waits per piece
-        staging.written = [flat]  # `back` stays empty: the pieces go back one by one
+        staging.written = [tensor]  # `back` stays empty: the pieces go back one by one
 
         def launch():
             return self._reduce_pieces(described, caller, pieces, opts)
@@ -649,27 +731,35 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
         The comparison is issued before waiting for the first piece, so it
         overlaps the staging. Whether every rank's inputs were read is then
-        exchanged (only once the ranks agree on the collective, so every rank
-        issues the same gloo operations), but waited for only before the
-        first copy back: gloo starts on the data meanwhile."""
+        exchanged twice (only once the ranks agree on the collective, so every
+        rank issues the same gloo operations), neither waited for here, so
+        gloo starts on the data meanwhile: once the first piece is on the host
+        (waited for before the first copy back: a rank whose stream had
+        already failed read nothing), and once the last one is (issued ahead
+        of the last piece, waited for before its copy back: a stream that
+        failed in between read only part)."""
         signature = _Exchange(self._gloo, described) if self._check else None
-        pieces[0][2].synchronize()
+        pieces[0][1].synchronize()
         unread = _unread(caller) if _stream_failed(caller) else None
-        status = None
+        reductions = _Pieces("allreduce")
         if signature is not None:
             _refuse_mismatch("allreduce", signature.rows())  # before any data
-            status = _Exchange(self._gloo, "" if unread is None else "!" + unread)
+            reductions.read = _Exchange(self._gloo, "" if unread is None else "!" + unread)
         elif unread is not None:
             raise RuntimeError(f"spyreccl: allreduce: {unread}")
-        reductions = _Pieces("allreduce", status)
-        for output, twin, staged in pieces:
+        last = len(pieces) - 1
+        for k, (twin, staged, back) in enumerate(pieces):
             staged.synchronize()
-            if unread is None and reductions.error is None and _stream_failed(caller):
-                reductions.error = RuntimeError(
-                    f"spyreccl: allreduce: its inputs were only partly read: stream "
-                    f"{caller.stream_id} failed during the collective")
-            # Issued even if a rank failed: every rank waits for every piece.
-            reductions.add(self._gloo.allreduce([twin], opts), output, twin)
+            if k == last and k > 0:
+                # A failure since the first piece latched on the stream.
+                partly = _partly_read(caller) if unread is None and _stream_failed(caller) else None
+                if signature is not None:
+                    reductions.fully_read = _Exchange(
+                        self._gloo, "" if partly is None else "!" + partly)
+                elif partly is not None:
+                    reductions.error = RuntimeError(f"spyreccl: allreduce: {partly}")
+            # Issued even if a rank failed: every rank issues every piece.
+            reductions.add(self._gloo.allreduce([twin], opts), back)
         return reductions
 
     def broadcast(self, tensors, opts):
