@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-# Variables that change device enumeration or binding; cleared for subprocesses
+# Variables that change device enumeration, binding or thread placement; cleared for subprocesses
 # so each test states exactly what it sets.
 DEVICE_ENV = (
     "SPYRE_DEVICES",
@@ -24,6 +24,9 @@ DEVICE_ENV = (
     "FLEX_STUB_FAULT_AFTER",
     "FLEX_STUB_TRACE",
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    "SPYRE_PIN_ENGINE_TEAMS",
+    "OMP_PROC_BIND",
+    "GOMP_CPU_AFFINITY",
 )
 
 

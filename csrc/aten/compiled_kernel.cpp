@@ -3,6 +3,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
+#include "aten/engine_team.h"
+
 namespace spyre {
 
 CompiledKernel::CompiledKernel(uintptr_t entry, std::string kinds, std::string name)
@@ -17,10 +19,12 @@ CompiledKernel::CompiledKernel(uintptr_t entry, std::string kinds, std::string n
 
 void CompiledKernel::launch(const SpyreStream& stream, Slots slots, size_t bytes) const {
   TORCH_INTERNAL_ASSERT(slots.size() == kinds_.size());
+  checkEngineTeamSetting();
   // The library holding the entry point is never unloaded (ctypes does not
   // dlclose), so queued work may outlive this object.
   stream.launchCompute(
       [entry = entry_, slots = std::move(slots)]() mutable {
+        placeEngineTeam();
         c10::SmallVector<void*, 16> params;
         params.reserve(slots.size());
         for (uint64_t& slot : slots) params.push_back(&slot);

@@ -179,7 +179,7 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
               .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
         },
         [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive)] {
-          const CpuKernelScope scope(0);
+          const CpuKernelScope scope(0, KernelSide::Engine);
           to.cpuAlias().copy_(from.cpuAlias());
         },
         "copy", nbytes);
@@ -293,7 +293,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
           at::empty({1}, at::TensorOptions().dtype(self.scalar_type())).fill_(value);
         },
         [ref = TensorRef::of(self), value] {
-          const CpuKernelScope scope(0);
+          const CpuKernelScope scope(0, KernelSide::Engine);
           ref.cpuAlias().fill_(value);
         },
         "fill", nbytes);

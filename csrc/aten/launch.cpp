@@ -22,23 +22,23 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/CallOnce.h>
 
+#include "aten/engine_team.h"
+#include "aten/openmp.h"
 #include "aten/tensor_ref.h"
 #include "device/allocator.h"
 #include "device/generator.h"
 #include "runtime/runtime.h"
 
-// libgomp, loaded with libtorch_cpu: an engine thread takes the caller's
-// intra-op thread count (torch.set_num_threads is per calling thread).
-extern "C" int omp_get_max_threads();
-extern "C" void omp_set_num_threads(int);
-
 namespace spyre {
 
-CpuKernelScope::CpuKernelScope(int num_threads)
+CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side)
     : exclude_(c10::autograd_dispatch_keyset_with_ADInplaceOrView | c10::python_ks) {
+  // An engine thread takes the caller's intra-op thread count
+  // (torch.set_num_threads is per calling thread).
   if (num_threads > 0 && omp_get_max_threads() != num_threads) {
     omp_set_num_threads(num_threads);
   }
+  if (side == KernelSide::Engine) placeEngineTeam();
 }
 
 CpuKernelScope::~CpuKernelScope() = default;
@@ -748,7 +748,7 @@ struct Work {
   }
 
   void run() {
-    CpuKernelScope scope(num_threads);
+    CpuKernelScope scope(num_threads, on_engine ? KernelSide::Engine : KernelSide::Host);
     at::DisableRecordFunctionGuard no_profiling;  // profiler callbacks may be Python
     // On an engine nobody hears a warning: the host repeats those of the
     // first (scratch) run at every call instead.
@@ -970,6 +970,7 @@ Verified verifyPlan(Plan& plan, Work& work) {
 void launchVerified(const SpyreStream& stream, const std::string& signature,
                     const std::function<void()>& verify, std::function<void()> work,
                     const char* name, size_t bytes) {
+  checkEngineTeamSetting();
   if (!verifiedSignatures().contains(signature)) {
     verify();
     verifiedSignatures().add(signature);
@@ -982,6 +983,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
   const size_t num_args = op.schema().arguments().size();
   const size_t first = stack->size() - num_args;
   const c10::DeviceIndex device = checkDevices(op, stack, first);
+  checkEngineTeamSetting();
   const Stack args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
 
   KeyBuilder key(compute_op);

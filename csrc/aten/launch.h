@@ -56,11 +56,15 @@ void launchVerified(const SpyreStream& stream, const std::string& signature,
 // structured ops (aten/fallback.cpp). Once, after static registration.
 void registerFunctionalForms();
 
+// Where a CPU kernel run on behalf of spyre runs: on the calling (host)
+// thread, or on an engine (whose team is then placed on cores, engine_team.h).
+enum class KernelSide { Host, Engine };
+
 // Dispatch state for CPU kernels run on behalf of spyre: below autograd,
 // without Python modes, honouring the caller's intra-op thread count.
 class CpuKernelScope {
  public:
-  explicit CpuKernelScope(int num_threads);
+  explicit CpuKernelScope(int num_threads, KernelSide side = KernelSide::Host);
   ~CpuKernelScope();
 
  private:

@@ -6,6 +6,7 @@
 #include "env.hpp"
 #include "lifecycle.hpp"
 #include "stream_impl.hpp"
+#include "thread_cpus.hpp"
 #include "trace.hpp"
 
 namespace flex {
@@ -23,8 +24,9 @@ detail::SchedulerConfig schedulerConfigFromEnv() {
       detail::envInt("FLEX_STUB_ENGINES", kUnlimitedEngines, 1, INT64_MAX));
   // 1 GB/s is 1e9 bytes per second: one byte per nanosecond.
   config.dma_bytes_per_ns = detail::envPositiveDouble("FLEX_STUB_DMA_GBPS").value_or(0);
-  config.dma_engines = static_cast<size_t>(detail::envInt(
-      "FLEX_STUB_DMA_ENGINES", static_cast<int64_t>(detail::availableCores()), 1, 1024));
+  const auto cores = static_cast<int64_t>(detail::ThreadCpus::ofCallingThread().count());
+  config.dma_engines =
+      static_cast<size_t>(detail::envInt("FLEX_STUB_DMA_ENGINES", cores, 1, 1024));
   config.fault_after = detail::envInt("FLEX_STUB_FAULT_AFTER", -1, 0, INT64_MAX);
   return config;
 }

@@ -5,8 +5,6 @@
 // its bytes in place.
 #include "dma.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -51,15 +49,8 @@ struct DmaEngines::Job {
   }
 };
 
-size_t availableCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    return std::max(CPU_COUNT(&set), 1);
-  }
-  return std::max(std::thread::hardware_concurrency(), 1u);
-}
-
-DmaEngines::DmaEngines(size_t engines) : engines_(std::max<size_t>(engines, 1)) {}
+DmaEngines::DmaEngines(size_t engines, ThreadCpus cpus)
+    : engines_(std::max<size_t>(engines, 1)), cpus_(cpus) {}
 
 DmaEngines::~DmaEngines() { stop(); }
 
@@ -100,6 +91,7 @@ void DmaEngines::copy(std::vector<CopyRange> ranges) {
 }
 
 void DmaEngines::workerMain() {
+  cpus_.applyToCallingThread();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

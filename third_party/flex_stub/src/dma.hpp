@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "thread_cpus.hpp"
+
 namespace flex::detail {
 
 // `size` bytes from `src` to `dst`.
@@ -27,8 +29,8 @@ class DmaEngines {
 
   // `engines` >= 1 threads share a copy; the calling engine is one of them, so
   // at most `engines - 1` workers are started, lazily: one per part beyond the
-  // first of the largest copy so far.
-  explicit DmaEngines(size_t engines);
+  // first of the largest copy so far. They run on `cpus`.
+  DmaEngines(size_t engines, ThreadCpus cpus);
   DmaEngines(const DmaEngines&) = delete;
   DmaEngines& operator=(const DmaEngines&) = delete;
   ~DmaEngines();
@@ -48,15 +50,12 @@ class DmaEngines {
   void workerMain();
 
   const size_t engines_;
+  const ThreadCpus cpus_;
   std::mutex mutex_;
   std::condition_variable work_cv_;
   std::deque<std::shared_ptr<Job>> queue_;  // one entry per worker a job asks for
   std::vector<std::thread> workers_;
   bool stopping_ = false;
 };
-
-// Threads available to this process (its CPU affinity), at least 1: the
-// default of FLEX_STUB_DMA_ENGINES.
-size_t availableCores();
 
 }  // namespace flex::detail

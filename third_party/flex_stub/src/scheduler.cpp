@@ -31,7 +31,7 @@ bool isWait(OpKind kind) { return kind == OpKind::EventWait || kind == OpKind::G
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(config), dma_(config.dma_engines) {}
+    : config_(config), cpus_(ThreadCpus::ofCallingThread()), dma_(config.dma_engines, cpus_) {}
 
 void Scheduler::pushReadyLocked(RuntimeStream::Impl* stream) {
   const int index = priorityIndex(stream->priority);
@@ -117,6 +117,7 @@ void Scheduler::linger(Engine* self, std::unique_lock<std::mutex>& lock) {
 }
 
 void Scheduler::engineMain(Engine* self) {
+  cpus_.applyToCallingThread();
   std::unique_lock<std::mutex> lock(mutex_);
   RuntimeStream::Impl* requeue = nullptr;
   bool ran_work = false;

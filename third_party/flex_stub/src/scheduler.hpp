@@ -17,6 +17,7 @@
 #include "flex/flex.hpp"
 #include "op.hpp"
 #include "ring.hpp"
+#include "thread_cpus.hpp"
 
 namespace flex::detail {
 
@@ -85,6 +86,7 @@ class Scheduler {
   void startEngineLocked();
 
   const SchedulerConfig config_;
+  const ThreadCpus cpus_;  // the creating thread's: every engine starts with them
   DmaEngines dma_;
   std::atomic<int64_t> executed_ops_{0};  // for FLEX_STUB_FAULT_AFTER
   std::atomic<bool> stopping_{false};

@@ -1,0 +1,124 @@
+"""Engine compute teams on cores (docs/tensors.md, "Engine threads on cores").
+
+Each test runs in a fresh process: placement happens once per engine thread.
+Threads are told apart by their CPU affinity, read from /proc. Placement is
+opt-in: SPYRE_PIN_ENGINE_TEAMS=1.
+"""
+
+import json
+import os
+
+import pytest
+
+from conftest import run_python
+
+CORES = sorted(os.sched_getaffinity(0))
+pytestmark = pytest.mark.skipif(len(CORES) < 2, reason="placement needs two cores")
+
+# Prints {"main": [...], "others": [[...], ...]}: the main thread's CPUs and
+# every other thread's, after `body` ran.
+REPORT = """
+import json, os, threading
+import torch
+
+def affinities():
+    main = os.getpid()
+    others = [sorted(os.sched_getaffinity(int(tid))) for tid in os.listdir("/proc/self/task")
+              if int(tid) != main]
+    return {"main": sorted(os.sched_getaffinity(0)), "others": sorted(others)}
+"""
+
+
+PIN = {"SPYRE_PIN_ENGINE_TEAMS": "1"}
+
+
+def report(body, env=PIN):
+    result = run_python(REPORT + body + "\nprint(json.dumps(affinities()))\n", env=env)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def pinned(threads):
+    return sorted(cpus[0] for cpus in threads["others"] if len(cpus) == 1)
+
+
+MATMUL = """
+torch.set_num_threads(2)
+a = torch.randn(256, 256)
+a @ a  # the host's own OpenMP team: never placed
+d = a.to("spyre")
+d @ d
+torch.spyre.synchronize()
+"""
+
+
+def test_an_engine_and_its_worker_run_on_cores_of_their_own():
+    threads = report(MATMUL)
+    assert pinned(threads) == [CORES[0], CORES[1]]
+    assert threads["main"] == CORES
+    assert sum(cpus == CORES for cpus in threads["others"]) >= 1  # the host's worker
+
+
+def test_threads_the_runtime_starts_from_a_placed_engine_get_every_core():
+    # A 64 MiB copy starts DMA workers from the (placed) engine that runs it.
+    body = MATMUL + """
+before = len(os.listdir("/proc/self/task"))
+big = torch.empty(16 << 20, device="spyre")
+big.copy_(torch.ones(16 << 20, device="spyre"))
+torch.spyre.synchronize()
+print("started", len(os.listdir("/proc/self/task")) - before)
+"""
+    result = run_python(REPORT + body + "\nprint(json.dumps(affinities()))\n", env=PIN)
+    started = int(result.stdout.split("started ")[1].split()[0])
+    threads = json.loads(result.stdout.strip().splitlines()[-1])
+    assert started >= 1
+    assert pinned(threads) == [CORES[0], CORES[1]]  # nothing new pinned
+
+
+def test_a_one_thread_team_starts_on_the_core_of_its_device_index():
+    # torchrun's ranks (OMP_NUM_THREADS=1) bind a device each: they spread out.
+    body = """
+torch.set_num_threads(1)
+d = torch.randn(256, 256).to("spyre")
+d @ d
+torch.spyre.synchronize()
+"""
+    assert pinned(report(body, env={**PIN, "LOCAL_RANK": "0"})) == [CORES[0]]
+    assert pinned(report(body, env={**PIN, "LOCAL_RANK": "1"})) == [CORES[1 % len(CORES)]]
+
+
+@pytest.mark.parametrize(
+    "env", [{}, {"SPYRE_PIN_ENGINE_TEAMS": "0"}, {**PIN, "OMP_PROC_BIND": "false"}]
+)
+def test_placement_is_off_by_default_when_asked_or_when_openmp_binding_is_configured(env):
+    # OMP_PROC_BIND set at all means the user chose how OpenMP threads bind
+    # ("false": not at all), so no thread is pinned.
+    assert pinned(report(MATMUL, env=env)) == []
+
+
+def test_a_bad_setting_raises_at_every_launch_and_names_the_value():
+    result = run_python(
+        """
+import torch
+x = torch.ones(4, device="spyre")
+for _ in range(2):
+    try:
+        x + x
+    except ValueError as e:
+        print(e)
+""",
+        env={"SPYRE_PIN_ENGINE_TEAMS": "yes"},
+    )
+    message = (
+        "SPYRE_PIN_ENGINE_TEAMS='yes' is not valid (expected 1 to pin each engine's intra-op "
+        "threads to cores of their own, or 0 or unset to leave them to the OS scheduler)"
+    )
+    assert result.stdout.splitlines() == [message, message]
+
+
+def test_a_process_on_one_core_is_left_alone():
+    code = f"import os\nos.sched_setaffinity(0, {{{CORES[0]}}})\n" + REPORT + MATMUL.replace(
+        "torch.set_num_threads(2)\n", "")
+    out = run_python(code + "\nprint(json.dumps(affinities()))\n", env=PIN).stdout
+    threads = json.loads(out.strip().splitlines()[-1])
+    assert threads["main"] == [CORES[0]]
+    assert all(cpus == [CORES[0]] for cpus in threads["others"])
