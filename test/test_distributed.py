@@ -42,13 +42,14 @@ def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=
     full_env.update(OUT_DIR=str(tmp_path), **(env or {}))
     cmd = [sys.executable, "-m", "torch.distributed.run", *launcher_args,
            f"--nproc-per-node={NPROC}", str(path)]
-    # A session of its own, so a hang kills the launcher and its workers together.
+    # A session of its own, so a hang kills the launcher and its agent together.
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=full_env, text=True, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+        kill_workers(path)  # before reading: a live worker holds the pipes open
         stdout, stderr = proc.communicate()
         pytest.fail(f"torchrun timed out after {timeout} s\n"
                     f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
@@ -59,6 +60,19 @@ def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=
         pytest.fail(f"torchrun exited {result.returncode}\n"
                     f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
     return result
+
+
+def kill_workers(script):
+    """torchrun starts each worker in a session of its own, so killing the
+    launcher's leaves them running: find them by the script they run."""
+    needle = str(script).encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass  # gone already, or not ours to read
 
 
 def xfail_if_exit_aborted(result):
