@@ -39,6 +39,7 @@ ROWS = {
     "compute.two_streams",
     "compile.mlp_forward",
     "compile.transformer_block",
+    "compile.transformer_block_on_cpu",
     "compile.first_compile",
     "profiler.launch_add_1k",
     "profiler.launch_vs_cpu_profile",

@@ -1,8 +1,9 @@
 """Engine compute teams on cores (docs/tensors.md, "Engine threads on cores").
 
 Each test runs in a fresh process: placement happens once per engine thread.
-Threads are told apart by their CPU affinity, read from /proc. Placement is
-opt-in: SPYRE_PIN_ENGINE_TEAMS=1.
+Threads are told apart by their CPU affinity, read from /proc. By default a
+team of two or more threads is pinned while its threads get their cores;
+SPYRE_PIN_ENGINE_TEAMS=1 pins every team always, 0 never.
 """
 
 import json
@@ -51,8 +52,9 @@ torch.spyre.synchronize()
 """
 
 
-def test_an_engine_and_its_worker_run_on_cores_of_their_own():
-    threads = report(MATMUL)
+@pytest.mark.parametrize("env", [{}, {"SPYRE_PIN_ENGINE_TEAMS": "auto"}, PIN])
+def test_an_engine_and_its_worker_run_on_cores_of_their_own(env):
+    threads = report(MATMUL, env=env)
     assert pinned(threads) == [CORES[0], CORES[1]]
     assert threads["main"] == CORES
     assert sum(cpus == CORES for cpus in threads["others"]) >= 1  # the host's worker
@@ -86,13 +88,72 @@ torch.spyre.synchronize()
     assert pinned(report(body, env={**PIN, "LOCAL_RANK": "1"})) == [CORES[1 % len(CORES)]]
 
 
+def test_by_default_a_one_thread_team_is_left_to_the_scheduler():
+    # It wakes no worker, so nothing is gained by pinning it.
+    body = MATMUL.replace("torch.set_num_threads(2)", "torch.set_num_threads(1)")
+    assert pinned(report(body, env={"LOCAL_RANK": "1"})) == []
+
+
 @pytest.mark.parametrize(
-    "env", [{}, {"SPYRE_PIN_ENGINE_TEAMS": "0"}, {**PIN, "OMP_PROC_BIND": "false"}]
+    "env",
+    [
+        {"SPYRE_PIN_ENGINE_TEAMS": "0"},
+        {"OMP_PROC_BIND": "false"},
+        {**PIN, "OMP_PROC_BIND": "false"},
+    ],
 )
-def test_placement_is_off_by_default_when_asked_or_when_openmp_binding_is_configured(env):
+def test_placement_is_off_when_asked_or_when_openmp_binding_is_configured(env):
     # OMP_PROC_BIND set at all means the user chose how OpenMP threads bind
     # ("false": not at all), so no thread is pinned.
     assert pinned(report(MATMUL, env=env)) == []
+
+
+# A CPU-bound process on the second core, started after a first matmul placed
+# the team. Conditions are polled: each wait ends when the team's state
+# changes (trials are at most 16 s of back-off apart).
+NEIGHBOUR = MATMUL + f"""
+import subprocess, sys, time
+def team_pinned():
+    return sorted(cpus[0] for cpus in affinities()["others"] if len(cpus) == 1)
+def compute(n=20):
+    for _ in range(n):
+        d @ d
+    torch.spyre.synchronize()
+def compute_until(condition):
+    deadline = time.monotonic() + 60
+    while not condition(team_pinned()):
+        assert time.monotonic() < deadline, team_pinned()
+        compute()
+print("start", team_pinned())
+busy = subprocess.Popen([sys.executable, "-c",
+                         "import os; os.sched_setaffinity(0, {{{CORES[1]}}})\\nwhile True: pass"])
+"""
+BOTH = [CORES[0], CORES[1]]
+
+
+def test_a_team_sharing_a_core_with_a_busy_neighbour_is_released_and_pinned_again_later():
+    body = NEIGHBOUR + f"""
+compute_until(lambda cpus: cpus == [])
+print("released")
+busy.kill()
+busy.wait()
+compute_until(lambda cpus: cpus == {BOTH})
+print("pinned again")
+"""
+    lines = run_python(REPORT + body).stdout.splitlines()
+    assert lines == [f"start {BOTH}", "released", "pinned again"]
+
+
+def test_a_team_pinned_always_is_not_released():
+    # 50 matmuls under the neighbour: the default would release the team
+    # after its first 25 ms window.
+    body = NEIGHBOUR + """
+compute(50)
+print("still", team_pinned())
+busy.kill()
+"""
+    lines = run_python(REPORT + body, env=PIN).stdout.splitlines()
+    assert lines == [f"start {BOTH}", f"still {BOTH}"]
 
 
 def test_a_bad_setting_raises_at_every_launch_and_names_the_value():
@@ -109,8 +170,9 @@ for _ in range(2):
         env={"SPYRE_PIN_ENGINE_TEAMS": "yes"},
     )
     message = (
-        "SPYRE_PIN_ENGINE_TEAMS='yes' is not valid (expected 1 to pin each engine's intra-op "
-        "threads to cores of their own, or 0 or unset to leave them to the OS scheduler)"
+        "SPYRE_PIN_ENGINE_TEAMS='yes' is not valid (expected auto or unset to pin each engine's "
+        "intra-op threads to cores of their own while no other thread needs those cores, 1 to "
+        "pin them always, or 0 to leave them to the OS scheduler)"
     )
     assert result.stdout.splitlines() == [message, message]
 

@@ -348,14 +348,22 @@ int aliasedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret)
   return -1;
 }
 
+// A seeded op whose only randomness is a dropout_p argument of 0 (the fused
+// attention kernels) draws nothing from a generator, so it may be queued.
+bool drawsNothing(const c10::FunctionSchema& schema, const Stack& args) {
+  const std::optional<int> dropout = schema.argumentIndexWithName("dropout_p");
+  if (!dropout) return false;
+  const c10::IValue& p = args[static_cast<size_t>(*dropout)];
+  return p.isDouble() && p.toDouble() == 0.0;
+}
+
 // Ops the engine may run: aten kernels (C++), with tensor results whose
 // shapes follow from metadata, drawing no random numbers.
 bool mayRunOnEngine(const c10::OperatorHandle& op, const Stack& args) {
   const c10::FunctionSchema& schema = op.schema();
   if (schema.name().rfind("aten::", 0) != 0) return false;
-  if (op.hasTag(at::Tag::data_dependent_output) || op.hasTag(at::Tag::nondeterministic_seeded)) {
-    return false;
-  }
+  if (op.hasTag(at::Tag::data_dependent_output)) return false;
+  if (op.hasTag(at::Tag::nondeterministic_seeded) && !drawsNothing(schema, args)) return false;
   if (op.hasTag(at::Tag::dynamic_output_shape)) {
     // index with integer indices has a static shape; boolean masks do not.
     if (schema.name() != "aten::index") return false;
