@@ -64,8 +64,8 @@ const Setting& setting() {
 
 // The cores engines may use: the engine's own CPUs before any pinning (the
 // runtime starts every engine with the CPUs of the thread that created it).
-// Empty when placement is off: asked for, libgomp binding its threads itself
-// (OMP_PROC_BIND, GOMP_CPU_AFFINITY set), or a single core.
+// Empty when placement is off: SPYRE_PIN_ENGINE_TEAMS=0, libgomp binding its
+// threads itself (OMP_PROC_BIND, GOMP_CPU_AFFINITY set), or a single core.
 std::vector<int> placementCores() {
   if (setting().mode == Mode::Off || std::getenv("OMP_PROC_BIND") != nullptr ||
       std::getenv("GOMP_CPU_AFFINITY") != nullptr) {

@@ -13,7 +13,8 @@ void checkEngineTeamSetting();
 // pinned to a core of its own (with SPYRE_PIN_ENGINE_TEAMS=1, one-thread
 // teams too). By default a team whose threads wait for their cores is
 // released to the scheduler and pinned again later; that check costs a clock
-// read per kernel and a schedstat read per team thread every 100 ms.
+// read per kernel and a schedstat read per team thread per window of at
+// least 25 ms.
 void placeEngineTeam();
 
 }  // namespace spyre
