@@ -112,7 +112,7 @@ def test_placement_is_off_when_asked_or_when_openmp_binding_is_configured(env):
 # the team. Conditions are polled: each wait ends when the team's state
 # changes (trials are at most 16 s of back-off apart).
 NEIGHBOUR = MATMUL + f"""
-import subprocess, sys, time
+import atexit, subprocess, sys, time
 def team_pinned():
     return sorted(cpus[0] for cpus in affinities()["others"] if len(cpus) == 1)
 def compute(n=20):
@@ -127,6 +127,7 @@ def compute_until(condition):
 print("start", team_pinned())
 busy = subprocess.Popen([sys.executable, "-c",
                          "import os; os.sched_setaffinity(0, {{{CORES[1]}}})\\nwhile True: pass"])
+atexit.register(busy.kill)  # a failed assertion must not leave it running
 """
 BOTH = [CORES[0], CORES[1]]
 
@@ -150,7 +151,6 @@ def test_a_team_pinned_always_is_not_released():
     body = NEIGHBOUR + """
 compute(50)
 print("still", team_pinned())
-busy.kill()
 """
     lines = run_python(REPORT + body, env=PIN).stdout.splitlines()
     assert lines == [f"start {BOTH}", f"still {BOTH}"]
