@@ -205,15 +205,17 @@ run("all_reduce.cpu.PREMUL_SUM",
     lambda: torch.tensor([r + 1.0, 4.0 - r]))
 run("all_reduce.empty", lambda t, **kw: dist.all_reduce(t, **kw),
     lambda: torch.zeros(0, device="spyre"))
-# A large all_reduce (17 MiB: staged and reduced in uneven pieces).
+# A large all_reduce (17 MiB: reduced in uneven pieces, in place or staged).
 n = 17 * 2**20 // 4
 expected = torch.arange(n, dtype=torch.float32) * 2 + 1
+pinned = torch.spyre.host_memory_stats()["num_host_alloc"]
 for mode in ("sync", "async"):
     t = torch.arange(n, dtype=torch.float32, device="spyre") + r
     work = dist.all_reduce(t, async_op=mode == "async")
     if work is not None:
         work.wait()
     out[f"all_reduce.large.{mode}"] = torch.equal(t.cpu(), expected)
+out["all_reduce.large.pinned_allocs"] = torch.spyre.host_memory_stats()["num_host_alloc"] - pinned
 work = dist.barrier(async_op=True)
 out["barrier"] = [work.wait(), dist.barrier()]
 
@@ -283,6 +285,25 @@ with torch.spyre.stream(s):
         gate.release()
     out["after_timeout"] = [work.wait(), (t * 1).cpu().tolist()]
 
+# 5. An input dropped while its collective is in flight (rank 0's stream is
+#    gated, so rank 1's gloo waits for it): its memory is not handed out again
+#    before gloo is done with it, and the result is right.
+with torch.spyre.stream(s):
+    gathered = torch.zeros(2048, device="spyre")
+    x = torch.full((1024,), float(r + 1), device="spyre")
+    with Gate() as gate:
+        if r == 0:
+            gate.block(s)
+        work = dist.all_gather_into_tensor(gathered, x, async_op=True)
+        address = x.data_ptr()
+        del x
+        fresh = torch.full((1024,), 99.0, device="spyre")
+        out["dropped.reused"] = fresh.data_ptr() == address
+        gate.release()
+    work.wait()
+    out["dropped.result"] = [gathered[:1024].cpu().unique().tolist(),
+                             gathered[1024:].cpu().unique().tolist(), fresh.cpu().unique().tolist()]
+
 # A collective from a second thread: same device, same group.
 def in_thread():
     t = spyre([10.0 * (r + 1)])
@@ -326,11 +347,13 @@ save()
 """
 
 
-@pytest.fixture(scope="module")
-def collectives(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("collectives")
-    torchrun(tmp_path, COLLECTIVES)
-    return rank_results(tmp_path)
+# Both ways spyreccl hands spyre tensors to gloo (docs/distributed.md,
+# "Streams"): host views of their memory (the default) and staged copies.
+@pytest.fixture(scope="module", params=["direct", "staging"])
+def collectives(request, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp(f"collectives-{request.param}")
+    torchrun(tmp_path, COLLECTIVES, env={"SPYRECCL_STAGING": str(int(request.param == "staging"))})
+    return [dict(res, mode=request.param) for res in rank_results(tmp_path)]
 
 
 def both(results, key):
@@ -458,6 +481,10 @@ def test_collective_results(collectives, name, expected, mode):
 def test_large_all_reduce_in_pieces(collectives):
     assert both(collectives, "all_reduce.large.sync") == [True, True]
     assert both(collectives, "all_reduce.large.async") == [True, True]
+    # Direct: gloo reduces the device memory in place, no host buffer. Staged:
+    # one pinned buffer, from the host allocator's cache the second time.
+    pinned = 0 if collectives[0]["mode"] == "direct" else 1
+    assert both(collectives, "all_reduce.large.pinned_allocs") == [pinned, pinned]
 
 
 def test_async_work_wait_is_idempotent(collectives):
@@ -477,10 +504,33 @@ def test_collectives_follow_streams(collectives):
 def test_wait_makes_the_current_stream_wait_without_a_host_wait(collectives):
     for rank, res in enumerate(collectives):
         assert res["stream.wait_while_copy_back_held"] is True
-        assert res["stream.s_pending"] is False  # s waits for the held copy back
-        # Another stream still sees this rank's input: the copy back has not run.
-        assert res["stream.other_stream_sees"] == [10.0 * (rank + 1)] * 2
-        assert res["stream.later"] == [60.0, 60.0]  # (10 + 20) * 2, after the copy back
+        assert res["stream.s_pending"] is False  # s waits for the held comm stream
+        if res["mode"] == "direct":
+            # gloo wrote the sum in place before wait() returned.
+            assert res["stream.other_stream_sees"] == [30.0, 30.0]
+        else:
+            # Another stream still sees this rank's input: the copy back has not run.
+            assert res["stream.other_stream_sees"] == [10.0 * (rank + 1)] * 2
+        assert res["stream.later"] == [60.0, 60.0]  # (10 + 20) * 2, after the comm stream
+
+
+def test_an_input_dropped_in_flight_is_not_reused_before_gloo_is_done(collectives):
+    # Direct: gloo reads the memory itself, so the view keeps it. Staged: the
+    # copy to the host is queued on the stream before the fill that reuses it
+    # (stream order, as on CUDA).
+    reused = collectives[0]["mode"] == "staging"
+    assert both(collectives, "dropped.reused") == [reused, reused]
+    assert both(collectives, "dropped.result") == [[[1.0], [2.0], [99.0]]] * 2
+
+
+def test_spyreccl_staging_takes_0_or_1(monkeypatch):
+    import torch_spyre.distributed as ccl
+
+    monkeypatch.setenv("SPYRECCL_STAGING", "yes")
+    with pytest.raises(ValueError, match="^SPYRECCL_STAGING must be 0 or 1, got 'yes'$"):
+        ccl._staging_forced()
+    monkeypatch.setenv("SPYRECCL_STAGING", "1")
+    assert ccl._staging_forced() is True
 
 
 def test_wait_with_a_timeout_gives_up_clearly(collectives):

@@ -115,8 +115,9 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
 
 
 def test_a_device_failure_after_the_first_piece_fails_the_all_reduce_on_every_rank(tmp_path):
-    # A 17 MiB all_reduce goes in two pieces (16 MiB, then 1 MiB). Rank 0's
-    # stream fails (an injected fault) after its first piece was staged and
+    # A 17 MiB all_reduce goes in two pieces (16 MiB, then 1 MiB), staged
+    # (SPYRECCL_STAGING=1: a direct one has all its pieces ready at once, so
+    # no piece can be read in part). Rank 0's stream fails (an injected fault) after its first piece was staged and
     # checked, before its second piece is staged: a gate is enqueued on its
     # stream right after the first piece's staging copy, and the fault is
     # injected once the progress thread has issued the exchange that follows
@@ -182,6 +183,7 @@ def test_a_device_failure_after_the_first_piece_fails_the_all_reduce_on_every_ra
         save()
         """
         ),
+        env={"SPYRECCL_STAGING": "1"},
         timeout=PG_TIMEOUT + 90,
     )
     results = rank_results(tmp_path)

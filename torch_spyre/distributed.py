@@ -1,17 +1,24 @@
 """spyreccl: the c10d backend of the spyre device (docs/distributed.md).
 
-Spyre has no collective engine of its own here, so spyreccl stages spyre
-tensors through pinned host memory and lets a gloo process group it owns (same
-store, rank and size) move the bytes, following the caller's streams as NCCL
-does:
+Spyre has no collective engine of its own here, so a gloo process group that
+spyreccl owns (same store, rank and size) moves the bytes, following the
+caller's streams as NCCL does:
 
-- at the call, spyre inputs are copied to the host on the caller's current
-  stream (enqueued: the host does not wait) and an event is recorded;
+- at the call, an event is recorded on the caller's current stream (the host
+  does not wait);
 - the group's progress thread, in call order, waits for that event and issues
   the collective on gloo (after comparing it across ranks);
-- when gloo is done, the results are copied back on the group's communication
-  stream; `wait()` makes the caller's current stream wait for them and
+- when gloo is done, an event is recorded on the group's communication
+  stream; `wait()` makes the caller's current stream wait for it and
   `get_future()` completes a device future at the same point.
+
+gloo works on the device memory itself ("direct": the emulated device's
+memory is host memory, as its compute kernels use it) where it can: a
+contiguous tensor without conj/neg bits, not needing a private copy. Other
+spyre tensors, and every one under SPYRECCL_STAGING=1 (the path of a device
+whose memory the host cannot address), are staged: copied to pinned host
+memory on the caller's stream before the event, and the results copied back
+on the communication stream.
 
 CPU tensors go straight to gloo, so one process group serves both devices.
 `torch_spyre/__init__.py` registers the backend; this module loads lazily, at
@@ -117,6 +124,13 @@ def _stage(host, tensor):
     return staged
 
 
+def _staging_forced() -> bool:
+    value = os.environ.get("SPYRECCL_STAGING", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"SPYRECCL_STAGING must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 # The descriptions ranks compare before each staged collective (bytes, padded).
 _SIGNATURE_BYTES = 256
 
@@ -153,23 +167,40 @@ def _cpu_only(name, gloo_name):
     return method
 
 
-class _Staging:
-    """Host twins of one collective's tensors, and the copies back."""
+def _direct(tensor) -> bool:
+    """gloo may work on the tensor's device memory in place (a host view of
+    it): it must be dense and contiguous, as gloo's own tensors are."""
+    return tensor.is_contiguous() and not (tensor.is_conj() or tensor.is_neg())
 
-    def __init__(self):
-        self.staged = False  # any twin: the work is a SpyreCCLWork
+
+def _host_view(tensor):
+    """A CPU tensor over a spyre tensor's memory; it keeps the memory alive."""
+    return torch.spyre._C._host_view(tensor)
+
+
+class _Staging:
+    """What gloo uses in place of one collective's tensors (host views of
+    device memory, or host twins), and the copies back."""
+
+    def __init__(self, direct=True):
+        self.direct = direct  # host views allowed (SPYRECCL_STAGING unset)
+        self.staged = False  # any view or twin: the work is a SpyreCCLWork
         self.spyre = False  # any spyre tensor
-        self.reads = False  # any device-to-host copy was enqueued
+        # The collective must wait for the caller's stream: a staging copy was
+        # enqueued, or gloo reads or writes device memory directly.
+        self.reads = False
         self.back = []  # (tensor, host twin) pairs copied back at completion
         self.written = []  # spyre tensors the copies back write (on the comm stream)
         self.problem = None  # why this rank cannot take part (refused on every rank)
 
-    def __call__(self, tensor, *, read=True, write=True, private=False):
+    def __call__(self, tensor, *, read=True, write=True, private=False, scratch=False):
         """The tensor gloo should use in place of `tensor`.
 
         read: the collective reads it (copy the data over, in stream order).
         write: the collective writes it (copy the result back at completion).
         private: use a twin even for a CPU tensor (its data must stay intact).
+        scratch: gloo overwrites it though no result is wanted (a spyre
+        tensor gets a twin, never a view).
         """
         if not (_is_spyre(tensor) or private):
             return tensor
@@ -177,6 +208,13 @@ class _Staging:
             self.problem = _overlapping(tensor)
         self.staged = True
         self.spyre = self.spyre or _is_spyre(tensor)
+        if self.direct and _is_spyre(tensor) and not (private or scratch) and _direct(tensor):
+            # After the caller's stream has run up to the call (WAR and WAW
+            # as much as RAW: gloo writes in place).
+            self.reads = True
+            if write:
+                self.written.append(tensor)
+            return _host_view(tensor)
         # Contiguous whatever the tensor's strides (the copies convert), pinned
         # (so the copies are only enqueued) and allocated per call: gloo
         # writes into it from its own threads.
@@ -378,24 +416,14 @@ class _Pieces:
 
     def __init__(self, name):
         self.name = name
-        # _Exchange: was every rank's first piece read? did every rank read all
-        # its pieces? (None: unchecked, or a single piece)
-        self.read = None
+        # _Exchange: did every rank read all its pieces? (None: unchecked, or
+        # a single piece)
         self.fully_read = None
         self.error = None  # this rank's staging failed partway (unchecked)
         self.works = []  # (gloo work, [(output, host)] to copy back once it is done)
 
     def add(self, work, pairs) -> None:
         self.works.append((work, pairs))
-
-    def unread(self):
-        """The error if a rank read none of its inputs: then nothing goes back."""
-        if self.read is not None:
-            try:
-                _refuse_mismatch(self.name, self.read.rows())
-            except RuntimeError as e:
-                return e
-        return None
 
     def partly_read(self):
         """The error if a rank's stream failed after its first piece was read:
@@ -546,7 +574,7 @@ def _await_gloo(inner, work) -> None:
     if not isinstance(inner, _Pieces):
         inner.wait()
         return
-    error = inner.unread()
+    error = None
     last = len(inner.works) - 1
     for k, (piece, pairs) in enumerate(inner.works):
         piece.wait()  # every piece, even after a failure: then nothing of it runs on
@@ -581,6 +609,9 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         # SPYRECCL_CHECK=0 skips the cross-rank comparison of each collective
         # (one small gloo all-gather per staged collective).
         self._check = os.environ.get("SPYRECCL_CHECK", "1") != "0"
+        # SPYRECCL_STAGING=1 stages every spyre tensor through host memory
+        # (no direct host views of device memory).
+        self._direct = _staging_forced() is False
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
@@ -641,7 +672,10 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
     def _cpu(self, name, launch) -> Work:
         """A collective on CPU tensors only, in order with the queued ones."""
-        return self._progress.submit(name, _Staging(), [], launch, None)
+        return self._progress.submit(name, self._staging(), [], launch, None)
+
+    def _staging(self) -> _Staging:
+        return _Staging(direct=self._direct)
 
     @staticmethod
     def _premul(opts, hosts):
@@ -676,7 +710,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             and opts.reduceOp != ReduceOp.PREMUL_SUM
         ):
             return self._allreduce_pipelined(tensors[0], opts)
-        staging = _Staging()
+        staging = self._staging()
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         _check_reduce_op(opts.reduceOp, tensors)
         signature = f"{opts.reduceOp.op.name}, " + ", ".join(map(_describe, tensors))
@@ -697,7 +731,9 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
         A strided tensor goes to gloo in the same pieces (every rank must issue
         the same gloo operations), but it is staged and copied back whole:
-        a piece of the host buffer is not a view of a strided tensor."""
+        a piece of the host buffer is not a view of a strided tensor. A direct
+        one goes in the same pieces too, of a host view of its memory, each
+        ready once the caller's stream has run up to the call."""
         _check_reduce_op(opts.reduceOp, [tensor])
         problem = _overlapping(tensor)
         if problem is not None and not self._check:
@@ -706,45 +742,54 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         if problem is not None:
             described = "!" + problem  # refused on every rank
         caller = torch.spyre.current_stream()
-        host = torch.empty(tensor.numel(), dtype=tensor.dtype, pin_memory=True)
         slices = _piece_slices(tensor.numel(), tensor.element_size())
-        if tensor.is_contiguous():
+        direct = self._direct and _direct(tensor)
+        if direct:
+            view = _host_view(tensor).view(-1)
+            called = torch.spyre.Event()
+            called.record()
+            pieces = [(view[i], called, []) for i in slices]
+        elif tensor.is_contiguous():
+            host = torch.empty(tensor.numel(), dtype=tensor.dtype, pin_memory=True)
             flat = tensor.view(-1)
             # (host piece gloo reduces, its staging copy done, [(output, host)] copied back)
             pieces = [(host[i], _stage(host[i], flat[i]), [(flat[i], host[i])]) for i in slices]
         else:
+            host = torch.empty(tensor.numel(), dtype=tensor.dtype, pin_memory=True)
             staged = _stage(host.view(tensor.shape), tensor)
             pieces = [(host[i], staged, []) for i in slices]
             pieces[-1][2].append((tensor, host.view(tensor.shape)))
-        staging = _Staging()
+        staging = self._staging()
         staging.staged = staging.spyre = True  # `reads` stays False: launch waits per piece
         staging.written = [tensor]  # `back` stays empty: the pieces go back one by one
 
         def launch():
-            return self._reduce_pieces(described, caller, pieces, opts)
+            return self._reduce_pieces(described, caller, pieces, opts, direct)
 
         return self._run("allreduce", staging, [tensor], launch)
 
-    def _reduce_pieces(self, described, caller, pieces, opts) -> _Pieces:
+    def _reduce_pieces(self, described, caller, pieces, opts, direct) -> _Pieces:
         """The progress thread's part of a pipelined all_reduce: compare it
         across ranks, then hand each piece to gloo once it is on the host.
 
         The comparison is issued before waiting for the first piece, so it
         overlaps the staging. Whether every rank's inputs were read is then
         exchanged twice (only once the ranks agree on the collective, so every
-        rank issues the same gloo operations), neither waited for here, so
-        gloo starts on the data meanwhile: once the first piece is on the host
-        (waited for before the first copy back: a rank whose stream had
-        already failed read nothing), and once the last one is (issued ahead
-        of the last piece, waited for before its copy back: a stream that
-        failed in between read only part)."""
+        rank issues the same gloo operations): once the first piece is on the
+        host, waited for before any piece is issued (a direct rank's gloo
+        writes the tensor itself, so nothing may start if a rank's stream had
+        already failed and it read nothing), and once the last one is (issued
+        ahead of the last piece, not waited for here but before its copy back:
+        a staged stream that failed in between read only part; a direct
+        rank's pieces are all ready at once)."""
         signature = _Exchange(self._gloo, described) if self._check else None
         pieces[0][1].synchronize()
         unread = _unread(caller) if _stream_failed(caller) else None
         reductions = _Pieces("allreduce")
         if signature is not None:
             _refuse_mismatch("allreduce", signature.rows())  # before any data
-            reductions.read = _Exchange(self._gloo, "" if unread is None else "!" + unread)
+            read = _Exchange(self._gloo, "" if unread is None else "!" + unread)
+            _refuse_mismatch("allreduce", read.rows())  # every rank alike
         elif unread is not None:
             raise RuntimeError(f"spyreccl: allreduce: {unread}")
         last = len(pieces) - 1
@@ -752,7 +797,9 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             staged.synchronize()
             if k == last and k > 0:
                 # A failure since the first piece latched on the stream.
-                partly = _partly_read(caller) if unread is None and _stream_failed(caller) else None
+                partly = None
+                if not direct and unread is None and _stream_failed(caller):
+                    partly = _partly_read(caller)
                 if signature is not None:
                     reductions.fully_read = _Exchange(
                         self._gloo, "" if partly is None else "!" + partly)
@@ -763,7 +810,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         return reductions
 
     def broadcast(self, tensors, opts):
-        staging = _Staging()
+        staging = self._staging()
         root = self.rank() == opts.rootRank
         # The root only sends, the others only receive.
         hosts = [staging(t, read=root, write=not root) for t in tensors]
@@ -776,7 +823,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         )
 
     def reduce(self, tensors, opts):
-        staging = _Staging()
+        staging = self._staging()
         root = self.rank() == opts.rootRank
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         # Only the root receives the result; the others' tensors stay as they were.
@@ -784,7 +831,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         signature = f"{opts.reduceOp.op.name}, root {opts.rootRank}, " + ", ".join(
             map(_describe, tensors)
         )
-        hosts = [staging(t, write=root, private=private) for t in tensors]
+        # gloo uses the others' tensors as scratch space.
+        hosts = [staging(t, write=root, private=private, scratch=not root) for t in tensors]
         scale = self._premul(opts, hosts)
 
         def launch():
@@ -794,7 +842,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         return self._run("reduce", staging, tensors, launch, signature=signature)
 
     def allgather(self, output_tensors, input_tensors, opts):
-        staging = _Staging()
+        staging = self._staging()
         outputs = [[staging(t, read=False) for t in ts] for ts in output_tensors]
         inputs = [staging(t, write=False) for t in input_tensors]
         return self._run(
@@ -806,7 +854,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         )
 
     def _allgather_base(self, output, input, opts):
-        staging = _Staging()
+        staging = self._staging()
         host_out = staging(output, read=False)
         host_in = staging(input, write=False)
         return self._run(
@@ -820,7 +868,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     all_gather_single = _allgather_base
 
     def _reduce_scatter_base(self, output, input, opts):
-        staging = _Staging()
+        staging = self._staging()
         host_out = staging(output, read=False)
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         _check_reduce_op(opts.reduceOp, [input])
@@ -839,7 +887,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     # The coalesced forms (functional collectives: DTensor, FSDP): one work
     # for every pair, each pair run as its single-tensor collective on gloo.
     def all_gather_single_coalesced(self, outputs, inputs, opts):
-        staging = _Staging()
+        staging = self._staging()
         pairs = [(staging(o, read=False), staging(i, write=False)) for o, i in zip(outputs, inputs)]
         return self._run(
             "all_gather_single_coalesced",
@@ -853,7 +901,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
-        staging = _Staging()
+        staging = self._staging()
         private = opts.reduceOp == ReduceOp.PREMUL_SUM
         _check_reduce_op(opts.reduceOp, inputs)
         signature = f"{opts.reduceOp.op.name}, " + ", ".join(map(_describe, inputs))
@@ -879,7 +927,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
-        staging = _Staging()
+        staging = self._staging()
         host_out = staging(output, read=False)
         host_in = staging(input, write=False)
         return self._run(
@@ -895,7 +943,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
     alltoall_base = all_to_all_single
 
     def gather(self, output_tensors, input_tensors, opts):
-        staging = _Staging()
+        staging = self._staging()
         # Only the root receives (output_tensors is empty elsewhere).
         outputs = [[staging(t, read=False) for t in ts] for ts in output_tensors]
         inputs = [staging(t, write=False) for t in input_tensors]
@@ -908,7 +956,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         )
 
     def scatter(self, output_tensors, input_tensors, opts):
-        staging = _Staging()
+        staging = self._staging()
         outputs = [staging(t, read=False) for t in output_tensors]
         # Only the root sends (input_tensors is empty elsewhere).
         inputs = [[staging(t, write=False) for t in ts] for ts in input_tensors]

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
@@ -47,6 +48,20 @@ at::Tensor TensorRef::cpuAlias() const {
   alias._set_conj(conj);
   alias._set_neg(neg);
   return alias;
+}
+
+at::Tensor hostView(const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1,
+                    "host view: expected a spyre tensor, got one on ", t.device());
+  TORCH_CHECK_VALUE(!t.is_conj() && !t.is_neg(),
+                    "host view: expected a tensor without conj/neg bits (resolve_conj(), "
+                    "resolve_neg() first)");
+  c10::Storage owner = t.storage();
+  return at::for_blob(t.data_ptr(), t.sizes())
+      .strides(t.strides())
+      .deleter([owner](void*) {})  // the storage is released with the deleter
+      .options(at::TensorOptions().dtype(t.dtype()).device(c10::kCPU))
+      .make_tensor();
 }
 
 }  // namespace spyre

@@ -43,4 +43,12 @@ struct TensorRef {
   at::Tensor cpuAlias() const;
 };
 
+// A CPU tensor over the memory of spyre tensor `t` (same sizes, strides and
+// dtype) that keeps `t`'s storage alive while it lives. How spyreccl hands
+// device memory to gloo, which plays the card's collective engine as ATen's
+// CPU kernels play its compute engine (docs/distributed.md, "Direct"): the
+// emulated device's memory is host memory. Refuses conj/neg views (the bits
+// would be lost).
+at::Tensor hostView(const at::Tensor& t);
+
 }  // namespace spyre

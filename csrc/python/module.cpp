@@ -12,6 +12,7 @@
 
 #include "aten/compiled_kernel.h"
 #include "aten/launch.h"
+#include "aten/tensor_ref.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
 #include "device/generator.h"
@@ -190,6 +191,7 @@ void bindStreams(py::module_& m) {
     getCurrentStream(-1).launchDelay(milliseconds);
   });
   m.def("_mapped_stream_count", &mappedStreamCount);
+  m.def("_host_view", &hostView, "A CPU tensor over a spyre tensor's memory (spyreccl).");
 }
 
 THPEvent* asTorchEvent(const py::handle& obj, const char* what) {
