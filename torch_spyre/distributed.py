@@ -188,7 +188,7 @@ class _Staging:
         self.spyre = False  # any spyre tensor
         # The collective must wait for the caller's stream: a staging copy was
         # enqueued, or gloo reads or writes device memory directly.
-        self.reads = False
+        self.waits_for_caller = False
         self.back = []  # (tensor, host twin) pairs copied back at completion
         self.written = []  # spyre tensors the copies back write (on the comm stream)
         self.problem = None  # why this rank cannot take part (refused on every rank)
@@ -211,7 +211,7 @@ class _Staging:
         if self.direct and _is_spyre(tensor) and not (private or scratch) and _direct(tensor):
             # After the caller's stream has run up to the call (WAR and WAW
             # as much as RAW: gloo writes in place).
-            self.reads = True
+            self.waits_for_caller = True
             if write:
                 self.written.append(tensor)
             return _host_view(tensor)
@@ -222,7 +222,7 @@ class _Staging:
         if read:
             # On the caller's current stream: it reads what was enqueued before.
             host.copy_(tensor, non_blocking=True)
-            self.reads = self.reads or _is_spyre(tensor)
+            self.waits_for_caller = self.waits_for_caller or _is_spyre(tensor)
         if write:
             self.back.append((tensor, host))
             if _is_spyre(tensor):
@@ -479,7 +479,7 @@ class _Progress:
             if direct and not staging.staged and self._pending == 0:
                 return launch()  # CPU tensors used as they are: gloo's own work
             work = SpyreCCLWork(name, staging, outputs, comm_stream, called, self._timeout)
-            ready = called if staging.reads else None
+            ready = called if staging.waits_for_caller else None
             self._pending += 1
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -587,7 +587,7 @@ def _await_gloo(inner, work) -> None:
 
 
 class ProcessGroupSpyreCCL(ProcessGroup):
-    """Collectives on spyre tensors, staged through host memory, run by gloo.
+    """Collectives on spyre tensors, run by gloo on their memory or on host copies.
 
     c10d uses a Python process group as the group's only backend, so this
     group also serves CPU tensors (directly with its gloo group); its gloo
@@ -611,7 +611,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         self._check = os.environ.get("SPYRECCL_CHECK", "1") != "0"
         # SPYRECCL_STAGING=1 stages every spyre tensor through host memory
         # (no direct host views of device memory).
-        self._direct = _staging_forced() is False
+        self._direct = not _staging_forced()
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
@@ -760,7 +760,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             pieces = [(host[i], staged, []) for i in slices]
             pieces[-1][2].append((tensor, host.view(tensor.shape)))
         staging = self._staging()
-        staging.staged = staging.spyre = True  # `reads` stays False: launch waits per piece
+        staging.staged = staging.spyre = True  # `waits_for_caller` stays False: launch waits per piece
         staging.written = [tensor]  # `back` stays empty: the pieces go back one by one
 
         def launch():
