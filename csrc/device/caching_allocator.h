@@ -76,7 +76,7 @@ class DeviceCachingAllocator {
   void resetPeakStats();
 
   // fork(): the forking thread holds the lock across it, so the child's copy
-  // of the pools is consistent and unlocked (pthread_atfork, device_allocator.cpp).
+  // of the pools is consistent and unlocked (pthread_atfork, fork_gate.cpp).
   void lockForFork();
   void unlockAfterFork();
 

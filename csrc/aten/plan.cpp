@@ -1,0 +1,333 @@
+#include "aten/plan.h"
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/as_strided_native.h>
+
+#include "aten/launch.h"
+#include "aten/op_arguments.h"
+#include "aten/plan_key.h"
+#include "aten/work.h"
+#include "device/allocator.h"
+
+namespace spyre::launch {
+namespace {
+
+constexpr c10::DispatchKeySet kSpyreKeys(c10::DispatchKey::PrivateUse1);
+
+class SilentWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& /*warning*/) override {}
+};
+
+bool isTensorType(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::TensorType;
+}
+
+bool isTensorListType(const c10::TypePtr& type) {
+  const auto* list = type->castRaw<c10::ListType>();
+  return list != nullptr && isTensorType(list->getElementType());
+}
+
+// A seeded op whose only randomness is a dropout_p argument of 0 (the fused
+// attention kernels) draws nothing from a generator, so it may be queued.
+bool drawsNothing(const c10::FunctionSchema& schema, const Stack& args) {
+  const std::optional<int> dropout = schema.argumentIndexWithName("dropout_p");
+  if (!dropout) return false;
+  const c10::IValue& p = args[static_cast<size_t>(*dropout)];
+  return p.isDouble() && p.toDouble() == 0.0;
+}
+
+// Ops the engine may run: aten kernels (C++), with tensor results whose
+// shapes follow from metadata, drawing no random numbers.
+bool mayRunOnEngine(const c10::OperatorHandle& op, const Stack& args) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.name().rfind("aten::", 0) != 0) return false;
+  if (op.hasTag(at::Tag::data_dependent_output)) return false;
+  if (op.hasTag(at::Tag::nondeterministic_seeded) && !drawsNothing(schema, args)) return false;
+  if (op.hasTag(at::Tag::dynamic_output_shape)) {
+    // index with integer indices has a static shape; boolean masks do not.
+    if (schema.name() != "aten::index") return false;
+    bool masks = false;
+    for (const c10::IValue& v : args) {
+      forEachTensor(v, [&](const at::Tensor& t) {
+        if (t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte)) {
+          masks = true;
+        }
+      });
+    }
+    if (masks) return false;
+  }
+  for (const c10::Argument& ret : schema.returns()) {
+    if (!isTensorType(ret.type()) && !isTensorListType(ret.type())) return false;
+  }
+  return true;
+}
+
+// The out= overload of a functional op: same name, the same arguments, then
+// one out argument per return. nullopt when there is none.
+std::optional<c10::OperatorHandle> outVariantOf(const c10::OperatorHandle& op) {
+  static std::mutex mutex;
+  static auto* overloads = new std::unordered_map<std::string, std::vector<c10::OperatorName>>();
+  static auto* cache = new std::unordered_map<const c10::FunctionSchema*, std::optional<c10::OperatorHandle>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (overloads->empty()) {
+    for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+      (*overloads)[name.name].push_back(name);
+    }
+  }
+  const c10::FunctionSchema& schema = op.schema();
+  if (auto it = cache->find(&schema); it != cache->end()) return it->second;
+  std::optional<c10::OperatorHandle> found;
+  const auto& args = schema.arguments();
+  const auto& rets = schema.returns();
+  for (const c10::OperatorName& name : (*overloads)[schema.name()]) {
+    std::optional<c10::OperatorHandle> candidate = c10::Dispatcher::singleton().findOp(name);
+    if (!candidate || !candidate->hasSchema()) continue;
+    const auto& cargs = candidate->schema().arguments();
+    if (cargs.size() != args.size() + rets.size()) continue;
+    bool match = true;
+    for (size_t i = 0; i < args.size() && match; ++i) {
+      match = !cargs[i].is_out() && cargs[i].name() == args[i].name() &&
+              *cargs[i].type() == *args[i].type();
+    }
+    for (size_t k = 0; k < rets.size() && match; ++k) {
+      const c10::Argument& out = cargs[args.size() + k];
+      match = out.is_out() && *out.type() == *rets[k].type();
+    }
+    if (match) {
+      found = candidate;
+      break;
+    }
+  }
+  cache->emplace(&schema, found);
+  return found;
+}
+
+at::Tensor metaTensorOf(const at::Tensor& t,
+                        std::vector<std::pair<const c10::StorageImpl*, c10::Storage>>& storages) {
+  if (!t.defined() || t.is_cpu()) return t;  // CPU scalars stay as they are
+  const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+  c10::Storage storage;
+  for (const auto& [impl, meta] : storages) {
+    if (impl == key) storage = meta;
+  }
+  if (!storage) {
+    // Tensors sharing a storage share the meta storage: overlap checks see it.
+    storage = c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                           c10::GetAllocator(c10::kMeta), /*resizable=*/true);
+    storages.emplace_back(key, storage);
+  }
+  at::Tensor meta = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
+  meta.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  meta._set_conj(t.is_conj());
+  meta._set_neg(t.is_neg());
+  return meta;
+}
+
+c10::IValue toMeta(const c10::IValue& v,
+                   std::vector<std::pair<const c10::StorageImpl*, c10::Storage>>& storages) {
+  if (v.isTensor()) return metaTensorOf(v.toTensor(), storages);
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorList()) list.push_back(metaTensorOf(t, storages));
+    return list;
+  }
+  if (v.isList() && holdsTensors(v)) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const c10::IValue& e : v.toListRef()) {
+      list.push_back(e.isTensor() ? std::optional<at::Tensor>(metaTensorOf(e.toTensor(), storages))
+                                  : std::nullopt);
+    }
+    return list;
+  }
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(c10::kMeta);
+  return v;
+}
+
+// The tensors' dtypes, and the arguments that may change what a kernel
+// returns (CPU's native_batch_norm returns empty statistics when not training,
+// binary_cross_entropy's out= variant resizes its output for a reduction):
+// integers, booleans, strings, None. Floating-point values are left out, so
+// that a changing learning rate or scale does not make every call a new
+// signature.
+std::string dtypeSignature(const Stack& args) {
+  std::string signature;
+  for (const c10::IValue& v : args) {
+    if (holdsTensors(v)) {
+      forEachTensor(v, [&](const at::Tensor& t) {
+        signature += t.defined() ? (t.is_cpu() ? "|c" : "|") + std::string(c10::toString(t.scalar_type()))
+                                 : "|-";
+      });
+    } else if (v.isNone() || v.isInt() || v.isBool() || v.isString() || v.isIntList() ||
+               v.isBoolList()) {
+      std::ostringstream value;
+      value << v;
+      signature += "|=" + value.str();
+    }
+  }
+  return signature;
+}
+
+// Meta inference: what the outputs are, which kernel computes them. A plan
+// that cannot be made (no meta kernel, an error, results that are not
+// tensors) is synchronous: the CPU kernel then runs at the call and raises
+// what it raises.
+std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args) {
+  auto plan = std::make_shared<Plan>();
+  plan->synchronous = true;
+  if (!mayRunOnEngine(op, args)) return plan;
+  const c10::FunctionSchema& schema = op.schema();
+  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages;
+  Stack meta_args;
+  meta_args.reserve(args.size());
+  for (const c10::IValue& v : args) meta_args.push_back(toMeta(v, storages));
+  Stack meta_stack = meta_args;
+  WarningCollector collector;
+  try {
+    const c10::WarningUtils::WarningHandlerGuard collect(&collector);
+    const CpuKernelScope scope(0);
+    op.callBoxed(meta_stack);
+  } catch (const std::exception&) {
+    return plan;
+  }
+  for (c10::Warning& warning : collector.warnings) {
+    // out= resizes warn at the call (resize_output_check), in CPU's words.
+    if (warning.msg().rfind("An output with one or more elements was resized", 0) == 0) continue;
+    plan->warnings.push_back(std::move(warning));
+  }
+  bool has_new = false;
+  bool has_view = false;
+  bool has_undefined = false;
+  const auto& rets = schema.returns();
+  for (size_t k = 0; k < rets.size(); ++k) {
+    OutputSpec spec;
+    spec.list = isTensorListType(rets[k].type());
+    const int arg = aliasedArgument(schema, rets[k]);
+    std::vector<at::Tensor> results;
+    if (spec.list) {
+      for (const at::Tensor& t : meta_stack[k].toTensorList()) results.push_back(t);
+    } else {
+      results.push_back(meta_stack[k].toTensor());
+    }
+    for (const at::Tensor& t : results) {
+      if (t.defined() && !t.is_meta()) return plan;
+      if (!t.defined()) has_undefined = true;  // e.g. a gradient output_mask did not ask for
+      spec.layouts.push_back(Layout::of(t));
+    }
+    if (arg >= 0 && rets[k].alias_info()->isWrite()) {
+      spec.kind = OutputSpec::Kind::Argument;
+    } else if (arg >= 0) {
+      spec.kind = OutputSpec::Kind::View;
+      has_view = true;
+    } else {
+      for (const at::Tensor& t : results) {
+        if (t.defined() && !t.is_non_overlapping_and_dense()) return plan;
+      }
+      has_new = true;
+    }
+    if (spec.kind != OutputSpec::Kind::New && has_undefined) return plan;
+    spec.arg = arg;
+    plan->outputs.push_back(std::move(spec));
+  }
+  // Written arguments: out= ones may have been resized; others must not change.
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::AliasInfo* info = arguments[i].alias_info();
+    if (info == nullptr || !info->isWrite() || !meta_args[i].isTensor()) continue;
+    const at::Tensor& before = args[i].toTensor();
+    const at::Tensor& after = meta_args[i].toTensor();
+    if (!before.defined() || before.is_cpu()) return plan;
+    if (after.sizes().equals(before.sizes()) && after.strides().equals(before.strides()) &&
+        after.storage_offset() == before.storage_offset()) {
+      continue;
+    }
+    if (!arguments[i].is_out()) return plan;
+    plan->resizes.emplace_back(static_cast<int>(i), Layout::of(after));
+  }
+  if (has_view && (has_new || !plan->resizes.empty())) return plan;
+  plan->cpu_op = op;
+  plan->computes = !has_view;
+  if (has_new) {
+    const bool functional = std::none_of(arguments.begin(), arguments.end(),
+                                         [](const c10::Argument& a) { return a.is_out(); });
+    std::optional<c10::OperatorHandle> out = functional ? outVariantOf(op) : std::nullopt;
+    bool all_new = std::all_of(plan->outputs.begin(), plan->outputs.end(), [](const OutputSpec& s) {
+      return s.kind == OutputSpec::Kind::New;
+    });
+    // Losses (a `reduction` argument) compute the unreduced loss into `out`
+    // and then resize it, for some shapes only: the functional op, then a copy.
+    const bool reduces = std::any_of(arguments.begin(), arguments.end(),
+                                     [](const c10::Argument& a) { return a.name() == "reduction"; });
+    if (out && all_new && !has_undefined && !reduces) {
+      plan->cpu_op = out;
+      plan->out_variant = true;
+    } else {
+      plan->copy_results = true;
+    }
+  }
+  plan->functional_op = op;
+  plan->dtypes = dtypeSignature(args);
+  for (const OutputSpec& spec : plan->outputs) {
+    for (const Layout& l : spec.layouts) plan->dtypes += "|o" + std::string(c10::toString(l.dtype));
+  }
+  plan->signature = c10::toString(plan->cpu_op->operator_name()) + plan->dtypes;
+  plan->verified = verifiedSignatures().contains(plan->signature);
+  plan->synchronous = false;
+  return plan;
+}
+
+}  // namespace
+
+c10::WarningHandler& silentWarnings() {
+  static auto* handler = new SilentWarnings();
+  return *handler;
+}
+
+// The argument a return aliases (same alias set), or -1.
+int aliasedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+  if (ret.alias_info() == nullptr) return -1;
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::AliasInfo* info = arguments[i].alias_info();
+    if (info != nullptr && info->beforeSets() == ret.alias_info()->beforeSets()) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
+                              std::vector<int64_t> key) {
+  thread_local std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash> plans;
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  if (plans.size() >= 4096) plans.clear();  // shapes that never repeat: keep it bounded
+  std::shared_ptr<Plan> plan = buildPlan(op, args);
+  plans.emplace(std::move(key), plan);
+  return plan;
+}
+
+at::Tensor emptySpyre(const Layout& layout) {
+  return at::detail::empty_strided_generic(layout.sizes, layout.strides, deviceAllocator(),
+                                           kSpyreKeys, layout.dtype);
+}
+
+// Give `t` the sizes and strides an out= kernel would (growing its storage
+// in stream order when needed).
+void restride(const at::Tensor& t, const Layout& layout) {
+  const size_t needed = at::detail::computeStorageNbytes(layout.sizes, layout.strides,
+                                                         t.dtype().itemsize(), layout.offset);
+  if (needed > t.storage().nbytes()) resizeStorageBytes(t.storage(), needed);
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(layout.sizes, layout.strides, layout.offset);
+}
+
+at::Tensor viewOf(const at::Tensor& base, const Layout& layout) {
+  return at::native::as_strided_tensorimpl(base, layout.sizes, layout.strides, layout.offset);
+}
+}  // namespace spyre::launch

@@ -1,0 +1,133 @@
+#include "aten/sync_path.h"
+
+#include <algorithm>
+
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
+
+#include "aten/launch.h"
+#include "aten/op_arguments.h"
+#include "aten/plan.h"
+#include "aten/tensor_ref.h"
+#include "device/generator.h"
+#include "runtime/stream.h"
+
+namespace spyre::launch {
+namespace {
+
+// A spyre tensor holding a host result of the synchronous path.
+at::Tensor spyreCopyOf(const at::Tensor& host) {
+  Layout layout = Layout::of(host);
+  layout.offset = 0;
+  if (!host.is_non_overlapping_and_dense()) {
+    int64_t stride = 1;
+    for (size_t d = layout.sizes.size(); d-- > 0;) {
+      layout.strides[d] = stride;
+      stride *= std::max<int64_t>(layout.sizes[d], 1);
+    }
+  }
+  at::Tensor out = emptySpyre(layout);
+  if (out.numel() > 0) TensorRef::of(out).cpuAlias().copy_(host);
+  return out;
+}
+
+c10::IValue hostArgument(const c10::Argument& argument, const c10::IValue& v) {
+  auto host = [&](const at::Tensor& t) -> at::Tensor {
+    if (!isSpyre(t)) return t;
+    // An out= tensor is replaced by a fresh host tensor the kernel may resize.
+    if (argument.is_out()) return at::empty({0}, t.options().device(c10::kCPU));
+    return TensorRef::of(t).cpuAlias();
+  };
+  if (v.isTensor()) return host(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorList()) list.push_back(host(t));
+    return list;
+  }
+  if (v.isList() && holdsTensors(v)) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const c10::IValue& e : v.toListRef()) {
+      list.push_back(e.isTensor() ? std::optional<at::Tensor>(host(e.toTensor())) : std::nullopt);
+    }
+    return list;
+  }
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(c10::kCPU);
+  if (v.isGenerator() && v.toGenerator().device().is_privateuseone()) {
+    return cpuGeneratorOf(v.toGenerator(), v.toGenerator().device().index());
+  }
+  if (v.isNone()) {
+    const auto* optional = argument.type()->castRaw<c10::OptionalType>();
+    if (optional != nullptr && optional->getElementType()->kind() == c10::TypeKind::GeneratorType) {
+      return cpuGeneratorOf(std::nullopt, -1);  // random ops draw from spyre's generator
+    }
+  }
+  return v;
+}
+
+// A host result as the spyre value the op returns: the argument it is (out=
+// arguments receive the result), a view of the argument it aliases, or a new
+// spyre tensor.
+at::Tensor spyreResult(const c10::Argument& ret, int arg, const at::Tensor& result,
+                       const Stack& args, const c10::FunctionSchema& schema) {
+  if (!result.defined() || !result.is_cpu()) return result;
+  if (arg >= 0 && args[arg].isTensor() && isSpyre(args[arg].toTensor())) {
+    const at::Tensor& target = args[arg].toTensor();
+    const bool aliases = result.has_storage() && target.has_storage() &&
+                         result.storage().data() == target.storage().data();
+    if (!ret.alias_info()->isWrite() && !aliases) return spyreCopyOf(result);
+    if (ret.alias_info()->isWrite()) {
+      if (schema.arguments()[arg].is_out()) {
+        at::native::resize_output_check(target, result.sizes());  // CPU's warning
+        Layout layout = Layout::of(result);
+        layout.offset = target.storage_offset();
+        restride(target, layout);
+        if (target.numel() > 0) TensorRef::of(target).cpuAlias().copy_(result);
+      }
+      return target;
+    }
+    return viewOf(target, Layout::of(result));
+  }
+  return spyreCopyOf(result);
+}
+
+}  // namespace
+
+void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
+                      c10::DeviceIndex device) {
+  const c10::FunctionSchema& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  Stack args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  getCurrentStream(device).synchronize();
+  Stack host;
+  host.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) host.push_back(hostArgument(arguments[i], args[i]));
+  {
+    CpuKernelScope scope(0);
+    op.callBoxed(host);
+  }
+  const auto& rets = schema.returns();
+  std::vector<c10::IValue> returns;
+  for (size_t k = 0; k < rets.size(); ++k) {
+    const int arg = aliasedArgument(schema, rets[k]);
+    c10::IValue& value = host[k];
+    if (value.isTensor()) {
+      returns.emplace_back(spyreResult(rets[k], arg, value.toTensor(), args, schema));
+    } else if (value.isTensorList()) {
+      if (arg >= 0 && rets[k].alias_info()->isWrite()) {
+        returns.push_back(args[arg]);  // in-place on a list (foreach): written through
+        continue;
+      }
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : value.toTensorList()) {
+        list.push_back(arg >= 0 && args[arg].isTensor()
+                           ? spyreResult(rets[k], arg, t, args, schema)
+                           : spyreCopyOf(t));
+      }
+      returns.emplace_back(std::move(list));
+    } else {
+      returns.push_back(std::move(value));
+    }
+  }
+  replaceArgsWithReturns(stack, arguments.size(), std::move(returns));
+}
+}  // namespace spyre::launch

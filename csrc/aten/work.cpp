@@ -1,0 +1,221 @@
+#include "aten/work.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include "aten/engine_team.h"
+#include "aten/launch.h"
+#include "aten/op_arguments.h"
+#include "aten/openmp.h"
+#include "device/allocator.h"
+
+namespace spyre {
+
+CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side)
+    : exclude_(c10::autograd_dispatch_keyset_with_ADInplaceOrView | c10::python_ks) {
+  // An engine thread takes the caller's intra-op thread count
+  // (torch.set_num_threads is per calling thread).
+  if (num_threads > 0 && omp_get_max_threads() != num_threads) {
+    omp_set_num_threads(num_threads);
+  }
+  if (side == KernelSide::Engine) placeEngineTeam();
+}
+
+CpuKernelScope::~CpuKernelScope() = default;
+
+namespace launch {
+
+VerifiedSignatures& verifiedSignatures() {
+  static auto* signatures = new VerifiedSignatures();  // leaked: used at exit
+  return *signatures;
+}
+
+c10::IValue Work::aliasOf(const Slot& slot) {
+  switch (slot.kind) {
+    case Slot::Kind::Tensor:
+      return slot.refs[0] ? slot.refs[0]->cpuAlias() : at::Tensor();
+    case Slot::Kind::TensorList: {
+      c10::List<at::Tensor> list;
+      for (const auto& ref : slot.refs) list.push_back(ref->cpuAlias());
+      return list;
+    }
+    case Slot::Kind::OptionalTensorList: {
+      c10::List<std::optional<at::Tensor>> list;
+      for (const auto& ref : slot.refs) {
+        list.push_back(ref ? std::optional<at::Tensor>(ref->cpuAlias()) : std::nullopt);
+      }
+      return list;
+    }
+  }
+  return {};
+}
+
+c10::IValue Work::outputAlias(size_t k) const {
+  if (!output_is_list[k]) return outputs[k][0].cpuAlias();
+  c10::List<at::Tensor> list;
+  for (const TensorRef& ref : outputs[k]) list.push_back(ref.cpuAlias());
+  return list;
+}
+
+// This work over zeroed host scratch memory of the same layout (tensors that
+// share memory share scratch): Ok when the kernel accepted it, Mismatch when
+// its results are not the outputs the meta kernel described.
+Work::Scratch Work::runOnScratch(std::vector<c10::Warning>& warnings) const {
+  constexpr size_t kMaxScratchBytes = size_t{64} << 20;
+  std::vector<std::pair<void*, at::Tensor>> scratch;
+  size_t total = 0;
+  auto substitute = [&](TensorRef& ref) {
+    if (ref.cpu_scalar || ref.storage_base == nullptr) return;
+    for (const auto& [base, buffer] : scratch) {
+      if (base == ref.storage_base) {
+        ref.storage_base = buffer.data_ptr();
+        return;
+      }
+    }
+    at::Tensor buffer = at::zeros({static_cast<int64_t>(ref.storage_nbytes)}, at::kByte);
+    total += ref.storage_nbytes;
+    scratch.emplace_back(ref.storage_base, buffer);
+    ref.storage_base = buffer.data_ptr();
+  };
+  Work copy = *this;
+  for (Slot& slot : copy.slots) {
+    for (auto& ref : slot.refs) {
+      if (ref) substitute(*ref);
+    }
+  }
+  for (auto& refs : copy.outputs) {
+    for (TensorRef& ref : refs) substitute(ref);
+  }
+  if (total > kMaxScratchBytes) return Scratch::Failed;
+  WarningCollector collector;
+  try {
+    const c10::WarningUtils::WarningHandlerGuard collect(&collector);
+    copy.run();
+  } catch (const std::exception&) {
+    return copy.result_mismatch ? Scratch::Mismatch : Scratch::Failed;
+  }
+  warnings = std::move(collector.warnings);
+  return Scratch::Ok;
+}
+
+// out <- result, which must be what the meta kernel said (copy_ would
+// broadcast or convert it silently).
+void Work::copyResult(const TensorRef& out, const at::Tensor& result) {
+  if (!result.defined() || result.scalar_type() != out.dtype ||
+      !result.sizes().equals(out.sizes)) {
+    result_mismatch = true;
+    TORCH_CHECK(false, "spyre: ", cpu_op.operator_name(), " returned ",
+                result.defined() ? result.sizes() : c10::IntArrayRef{}, " ",
+                result.defined() ? c10::toString(result.scalar_type()) : "undefined",
+                " where its meta kernel gave ", c10::IntArrayRef(out.sizes), " ",
+                c10::toString(out.dtype));
+  }
+  out.cpuAlias().copy_(result);
+}
+
+void Work::run() {
+  CpuKernelScope scope(num_threads, on_engine ? KernelSide::Engine : KernelSide::Host);
+  at::DisableRecordFunctionGuard no_profiling;  // profiler callbacks may be Python
+  // On an engine nobody hears a warning: the host repeats those of the
+  // first (scratch) run at every call instead.
+  std::optional<c10::WarningUtils::WarningHandlerGuard> silence;
+  if (on_engine) silence.emplace(&silentWarnings());
+  Stack stack = std::move(args);
+  for (const Slot& slot : slots) stack[slot.index] = aliasOf(slot);
+  if (out_variant) {
+    for (size_t k = 0; k < outputs.size(); ++k) stack.push_back(outputAlias(k));
+  }
+  cpu_op.callBoxed(stack);
+  if (copy_results) {
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      if (outputs[k].empty()) continue;  // an argument, written in place
+      if (output_is_list[k]) {
+        // outputs[k] holds the defined outputs only.
+        std::vector<at::Tensor> results;
+        for (const at::Tensor& t : stack[k].toTensorList()) {
+          if (t.defined()) results.push_back(t);
+        }
+        if (results.size() != outputs[k].size()) {
+          result_mismatch = true;
+          TORCH_CHECK(false, "spyre: ", cpu_op.operator_name(), " returned ", results.size(),
+                      " tensors where its meta kernel gave ", outputs[k].size());
+        }
+        for (size_t i = 0; i < results.size(); ++i) copyResult(outputs[k][i], results[i]);
+      } else {
+        copyResult(outputs[k][0], stack[k].toTensor());
+      }
+    }
+  }
+}
+
+Work::Slot slotOf(int index, const c10::IValue& v) {
+  Work::Slot slot{index, Work::Slot::Kind::Tensor, {}};
+  auto ref = [](const at::Tensor& t) {
+    return t.defined() ? std::optional<TensorRef>(TensorRef::of(t)) : std::nullopt;
+  };
+  if (v.isTensor()) {
+    slot.refs.push_back(ref(v.toTensor()));
+  } else if (v.isTensorList()) {
+    slot.kind = Work::Slot::Kind::TensorList;
+    for (const at::Tensor& t : v.toTensorList()) slot.refs.push_back(ref(t));
+  } else {
+    slot.kind = Work::Slot::Kind::OptionalTensorList;
+    for (const c10::IValue& e : v.toListRef()) {
+      slot.refs.push_back(e.isTensor() ? ref(e.toTensor()) : std::nullopt);
+    }
+  }
+  return slot;
+}
+
+void recordUses(const Stack& args, const SpyreStream& stream) {
+  for (const c10::IValue& v : args) {
+    forEachTensor(v, [&](const at::Tensor& t) {
+      if (isSpyre(t) && t.has_storage()) recordStream(t.storage().data_ptr(), stream);
+    });
+  }
+}
+
+Verified verifyPlan(Plan& plan, Work& work) {
+  using Scratch = Work::Scratch;
+  std::vector<c10::Warning> warnings;
+  if (!verifiedSignatures().contains(plan.signature)) {
+    if (plan.out_variant) {
+      // An out= kernel converts (or resizes) into outputs that are not what
+      // it would return: compare the functional op's results first.
+      Work functional = work;
+      functional.cpu_op = *plan.functional_op;
+      functional.out_variant = false;
+      functional.copy_results = true;
+      std::vector<c10::Warning> ignored;
+      if (functional.runOnScratch(ignored) == Scratch::Mismatch) return Verified::Synchronous;
+    }
+    Scratch result = work.runOnScratch(warnings);
+    if (result == Scratch::Mismatch) return Verified::Synchronous;
+    if (result != Scratch::Ok || (!warnings.empty() && plan.out_variant)) {
+      if (!plan.out_variant) return Verified::No;
+      plan.out_variant = work.out_variant = false;
+      plan.copy_results = work.copy_results = true;
+      plan.cpu_op = plan.functional_op;
+      work.cpu_op = *plan.functional_op;
+      plan.signature = c10::toString(plan.cpu_op->operator_name()) + plan.dtypes;
+      warnings.clear();
+      if (!verifiedSignatures().contains(plan.signature)) {
+        result = work.runOnScratch(warnings);
+        if (result == Scratch::Mismatch) return Verified::Synchronous;
+        if (result != Scratch::Ok) return Verified::No;
+      }
+    }
+  }
+  for (c10::Warning& warning : warnings) {
+    c10::warn(warning);
+    plan.warnings.push_back(std::move(warning));
+  }
+  plan.verified = true;
+  verifiedSignatures().add(plan.signature);
+  return Verified::Yes;
+}
+
+}  // namespace launch
+}  // namespace spyre

@@ -1,0 +1,101 @@
+// Work: one launched op as an engine runs it, and the verification of a
+// kernel and dtype signature on scratch data before its first launch
+// (aten/launch.h, step 4).
+#pragma once
+
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/util/Exception.h>
+
+#include "aten/plan.h"
+#include "aten/tensor_ref.h"
+#include "runtime/stream.h"
+
+namespace spyre::launch {
+
+// Kernel and dtype signatures whose first call ran (and succeeded) on a host
+// thread: later calls may run on an engine.
+class VerifiedSignatures {
+ public:
+  bool contains(const std::string& signature) {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    return signatures_.count(signature) != 0;
+  }
+  void add(const std::string& signature) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    signatures_.insert(signature);
+  }
+
+ private:
+  std::shared_mutex mutex_;
+  std::unordered_set<std::string> signatures_;
+};
+
+VerifiedSignatures& verifiedSignatures();
+
+// One launched op, as the engine sees it: the arguments with every tensor
+// replaced by a TensorRef, and the outputs to write.
+struct Work {
+  struct Slot {
+    int index;  // argument position
+    enum class Kind { Tensor, TensorList, OptionalTensorList } kind;
+    std::vector<std::optional<TensorRef>> refs;
+  };
+  c10::OperatorHandle cpu_op;
+  bool out_variant;
+  bool copy_results;
+  Stack args;  // tensors replaced by None
+  std::vector<Slot> slots;
+  std::vector<std::vector<TensorRef>> outputs;  // per return (New ones only)
+  std::vector<bool> output_is_list;
+  int num_threads;
+  bool on_engine = false;
+  // Set by run() when a result of the functional op is not the output the
+  // meta kernel described (its size or dtype): the meta kernel and CPU's
+  // disagree, so the plan cannot be launched.
+  bool result_mismatch = false;
+
+  explicit Work(const c10::OperatorHandle& op) : cpu_op(op) {}
+
+  static c10::IValue aliasOf(const Slot& slot);
+  c10::IValue outputAlias(size_t k) const;
+
+  enum class Scratch { Ok, Failed, Mismatch };
+
+  // This work over zeroed host scratch memory of the same layout (tensors that
+  // share memory share scratch): Ok when the kernel accepted it, Mismatch when
+  // its results are not the outputs the meta kernel described.
+  Scratch runOnScratch(std::vector<c10::Warning>& warnings) const;
+
+  // out <- result, which must be what the meta kernel said (copy_ would
+  // broadcast or convert it silently).
+  void copyResult(const TensorRef& out, const at::Tensor& result);
+
+  // Runs the CPU kernel over CPU aliases of the refs (on an engine when
+  // on_engine). The arguments are moved out: run once.
+  void run();
+};
+
+// The slot of a tensor argument at `index`: its tensors as TensorRefs.
+Work::Slot slotOf(int index, const c10::IValue& v);
+
+// Every spyre argument's block is used by work queued on `stream`.
+void recordUses(const Stack& args, const SpyreStream& stream);
+
+// First call of a plan's kernel and dtypes: try it on scratch data. An out=
+// variant that warns or fails there (some use `out` as scratch space and
+// resize it) is replaced by the functional op plus a copy. No when the kernel
+// fails on scratch data anyway; Synchronous when CPU's results are not the
+// outputs the meta kernel described (native_layer_norm's statistics of a half
+// input, native_batch_norm's when not training): the op must run as CPU runs it.
+enum class Verified { Yes, No, Synchronous };
+
+Verified verifyPlan(Plan& plan, Work& work);
+
+}  // namespace spyre::launch

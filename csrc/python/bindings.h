@@ -1,0 +1,44 @@
+// The binding groups of torch_spyre._C, one file each (csrc/python/*.cpp),
+// and the argument conversions they share. module.cpp calls them once, from
+// PYBIND11_MODULE. Streams cross the boundary as (stream_id, device_index)
+// pairs; torch_spyre wraps them in torch.Stream subclasses.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include <pybind11/pybind11.h>
+
+#include "runtime/stream.h"
+
+namespace spyre::python {
+
+namespace py = pybind11;
+
+// ---- arguments (device_arguments.cpp)
+using StreamKey = std::pair<c10::StreamId, int>;
+StreamKey key(const SpyreStream& stream);
+// Every device index from Python is checked before it narrows to
+// c10::DeviceIndex (an int8_t: 256 would wrap to spyre:0).
+c10::DeviceIndex deviceArg(int64_t index);
+// A device argument as upstream's bindings take it: None (the current
+// device), an int, a str or a torch.device, of type spyre.
+c10::DeviceIndex deviceFromPython(const py::handle& device);
+SpyreStream fromKey(c10::StreamId id, int64_t device_index);
+// torch.Stream's constructor, wrapped once so that a spyre index is checked.
+void checkTorchStreamIndices();
+
+// ---- host waits (gil_waits.cpp): release the GIL, park threads at exit.
+void installHostWaitHooks();
+
+// ---- binding groups
+void bindRuntime(py::module_& m);           // runtime_bindings.cpp
+void bindErrors(py::module_& m);            // runtime_bindings.cpp
+void bindDeviceProperties(py::module_& m);  // runtime_bindings.cpp
+void bindStreams(py::module_& m);           // stream_bindings.cpp (host-compute streams too)
+void bindEvents(py::module_& m);            // event_bindings.cpp
+void bindGenerators(py::module_& m);        // generator_bindings.cpp
+void bindHostMemory(py::module_& m);        // memory_bindings.cpp
+void bindCompiledKernels(py::module_& m);   // compiled_kernel_bindings.cpp
+
+}  // namespace spyre::python

@@ -1,0 +1,86 @@
+// Device and stream arguments from Python (python/bindings.h).
+#include <optional>
+#include <string>
+
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Stream.h>
+
+#include "python/bindings.h"
+#include "runtime/runtime.h"
+
+namespace spyre::python {
+namespace {
+
+// torch.Stream(stream_id, device_index, device_type) narrows device_index to
+// c10::DeviceIndex unchecked and asks no backend (300 would name spyre:44).
+// Its constructor is wrapped once: a spyre index is checked first.
+newfunc torch_stream_new = nullptr;
+
+PyObject* checkedTorchStreamNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  const auto argument = [&](Py_ssize_t position, const char* name) -> PyObject* {
+    if (args != nullptr && PyTuple_Size(args) > position) return PyTuple_GET_ITEM(args, position);
+    return kwargs != nullptr ? PyDict_GetItemString(kwargs, name) : nullptr;
+  };
+  PyObject* index = argument(1, "device_index");
+  PyObject* device_type = argument(2, "device_type");
+  if (index != nullptr && device_type != nullptr && PyLong_Check(index) &&
+      PyLong_Check(device_type)) {
+    int overflow = 0;
+    const long long type_value = PyLong_AsLongLongAndOverflow(device_type, &overflow);
+    if (overflow == 0 && type_value == static_cast<long long>(c10::DeviceType::PrivateUse1)) {
+      const long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+      if (overflow != 0 || value < -1 || value >= kMaxDevices) {
+        PyErr_Format(PyExc_ValueError,
+                     "Invalid device index %S: expected -1 (current device) or an index in [0, %d]",
+                     index, kMaxDevices - 1);
+        return nullptr;
+      }
+    }
+  }
+  return torch_stream_new(type, args, kwargs);
+}
+
+}  // namespace
+
+StreamKey key(const SpyreStream& stream) {
+  return {stream.id(), static_cast<int>(stream.device_index())};
+}
+
+c10::DeviceIndex deviceArg(int64_t index) {
+  TORCH_CHECK(index >= -1 && index < kMaxDevices, "Invalid device index ", index,
+              ": expected -1 (current device) or an index in [0, ", kMaxDevices - 1, "]");
+  return static_cast<c10::DeviceIndex>(index);
+}
+
+void checkTorchStreamIndices() {
+  if (torch_stream_new == nullptr) {
+    torch_stream_new = THPStreamClass->tp_new;
+    THPStreamClass->tp_new = &checkedTorchStreamNew;
+  }
+}
+
+c10::DeviceIndex deviceFromPython(const py::handle& device) {
+  if (device.is_none()) return -1;
+  if (PyLong_Check(device.ptr()) && !PyBool_Check(device.ptr())) {
+    return deviceArg(device.cast<int64_t>());
+  }
+  std::optional<c10::Device> parsed;
+  if (THPDevice_Check(device.ptr())) {
+    parsed = reinterpret_cast<THPDevice*>(device.ptr())->device;
+  } else if (py::isinstance<py::str>(device)) {
+    parsed = c10::Device(device.cast<std::string>());
+  }
+  TORCH_CHECK_TYPE(parsed.has_value(), "expected device to be None, an int, a str or a "
+                   "torch.device, got ", py::repr(device).cast<std::string>(), " of type ",
+                   Py_TYPE(device.ptr())->tp_name);
+  TORCH_CHECK_VALUE(parsed->type() == c10::DeviceType::PrivateUse1,
+                    "expected a spyre device, got ", parsed->str());
+  return parsed->has_index() ? parsed->index() : -1;
+}
+
+SpyreStream fromKey(c10::StreamId id, int64_t device_index) {
+  return SpyreStream(c10::Stream(
+      c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, deviceArg(device_index)), id));
+}
+
+}  // namespace spyre::python

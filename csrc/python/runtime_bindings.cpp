@@ -1,0 +1,54 @@
+// The runtime, the device's properties and its error state (python/bindings.h).
+#include <string>
+
+#include "python/bindings.h"
+#include "runtime/error.h"
+#include "runtime/host_wait.h"
+#include "runtime/runtime.h"
+
+namespace spyre::python {
+
+void bindRuntime(py::module_& m) {
+  m.attr("_device_type") = static_cast<int>(c10::DeviceType::PrivateUse1);
+  m.def("start_runtime", &startRuntime, "Start the Spyre runtime (once per process).");
+  m.def("free_runtime", &freeRuntime,
+        "Drop the runtime context; restarting in the same process is not supported.");
+  m.def("_is_initialized", [] { return isRuntimeStarted(); });
+  m.def("_is_in_bad_fork", &isInBadFork);
+  m.def("device_count", [] { return static_cast<int>(deviceCount()); });
+  m.def("current_device", [] { return static_cast<int>(currentDevice()); });
+  m.def("set_device", [](int64_t index) { setCurrentDevice(deviceArg(index)); });
+  // Limits and ids defined once, in C++; torch_spyre reads them from here.
+  m.attr("_max_devices") = static_cast<int>(kMaxDevices);
+  m.def("_bound_device", [] { return static_cast<int>(boundDevice()); });
+  m.def("_threads_in_host_waits", &threadsInHostWaits,
+        "Threads blocked in (or entering) a wait on device work.");
+}
+
+// Plain ints cross the boundary; torch_spyre/errors.py wraps them in IntEnums.
+void bindErrors(py::module_& m) {
+  m.def("_get_device_state", [] { return static_cast<int>(SpyreGetDeviceState()); });
+  m.def("_stream_get_error", [](c10::StreamId id, int64_t device) {
+    return static_cast<int>(SpyreStreamGetError(fromKey(id, device)));
+  });
+  m.def("_stream_get_error_string", [](int error) {
+    return std::string(SpyreStreamGetErrorString(static_cast<SpyreStreamError>(error)));
+  });
+}
+
+// The bound device's properties (starts the runtime, as CUDA's does).
+void bindDeviceProperties(py::module_& m) {
+  m.def("_device_properties", [](int64_t device) {
+    ensureDevice(deviceArg(device));
+    const flex::DeviceProperties properties = runtimeContext()->properties();
+    py::dict result;
+    result["name"] = properties.name;
+    result["card_index"] = properties.card_index;
+    result["total_memory"] = properties.total_memory;
+    result["engines"] = properties.engines;
+    result["dma_engines"] = properties.dma_engines;
+    return result;
+  });
+}
+
+}  // namespace spyre::python
