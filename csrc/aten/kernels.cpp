@@ -19,6 +19,7 @@
 #include <torch/library.h>
 
 #include "aten/launch.h"
+#include "aten/stream_copy.h"
 #include "aten/tensor_ref.h"
 #include "device/allocator.h"
 #include "device/dtypes.h"
@@ -139,13 +140,10 @@ bool isDmaCompatible(const at::Tensor& src, const at::Tensor& dst) {
          !src.is_conj() && !dst.is_conj() && !src.is_neg() && !dst.is_neg();
 }
 
-// `dst` <- `src`, on `stream`. Device blocks are recorded on the stream. A
-// pinned host block is recorded with the host allocator, as CUDA does, so it is
-// not reused before the copy ran (false when it is not one of its blocks: the
-// caller must then wait). Host memory the caller owns alone (a random draw)
-// travels in `keep_alive`, which must hold no Python-visible object.
+}  // namespace
+
 bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst,
-                std::function<void()> keep_alive = {}) {
+                std::function<void()> keep_alive) {
   const size_t nbytes = dst.numel() * dst.element_size();
   bool host_recorded = false;
   if (nbytes == 0) {
@@ -191,6 +189,8 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
   }
   return host_recorded;
 }
+
+namespace {
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   const bool src_spyre = self.is_privateuseone();

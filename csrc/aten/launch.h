@@ -22,8 +22,9 @@
 //
 // Ops that cannot be asynchronous (data-dependent output shapes, host values,
 // no meta kernel, random ops, ops outside the aten namespace) take the
-// synchronous path: wait for the current stream, run the CPU kernel on the
-// calling thread over device memory, return.
+// synchronous path (aten/sync_path.h): wait for the current stream, run the
+// CPU kernel on the calling thread, queue the writes of its results on the
+// stream, return.
 #pragma once
 
 #include <functional>

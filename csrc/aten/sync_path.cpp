@@ -4,10 +4,12 @@
 
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 
 #include "aten/launch.h"
 #include "aten/op_arguments.h"
 #include "aten/plan.h"
+#include "aten/stream_copy.h"
 #include "aten/tensor_ref.h"
 #include "device/generator.h"
 #include "runtime/stream.h"
@@ -15,8 +17,20 @@
 namespace spyre::launch {
 namespace {
 
+// target <- host, queued on `stream` behind the work already queued there:
+// the contract of sync_path.h. The bytes travel in a fresh host buffer of the
+// target's layout that the copy keeps alive (it never reaches Python), so the
+// caller does not wait for the copy.
+void queueHostWrite(const SpyreStream& stream, const at::Tensor& host, const at::Tensor& target) {
+  if (target.numel() == 0) return;
+  at::Tensor staged =
+      at::empty_strided(target.sizes(), target.strides(), target.options().device(c10::kCPU));
+  staged.copy_(host);
+  launchCopy(stream, staged, target, [staged] {});
+}
+
 // A spyre tensor holding a host result of the synchronous path.
-at::Tensor spyreCopyOf(const at::Tensor& host) {
+at::Tensor spyreCopyOf(const at::Tensor& host, const SpyreStream& stream) {
   Layout layout = Layout::of(host);
   layout.offset = 0;
   if (!host.is_non_overlapping_and_dense()) {
@@ -27,7 +41,7 @@ at::Tensor spyreCopyOf(const at::Tensor& host) {
     }
   }
   at::Tensor out = emptySpyre(layout);
-  if (out.numel() > 0) TensorRef::of(out).cpuAlias().copy_(host);
+  queueHostWrite(stream, host, out);
   return out;
 }
 
@@ -68,26 +82,27 @@ c10::IValue hostArgument(const c10::Argument& argument, const c10::IValue& v) {
 // arguments receive the result), a view of the argument it aliases, or a new
 // spyre tensor.
 at::Tensor spyreResult(const c10::Argument& ret, int arg, const at::Tensor& result,
-                       const Stack& args, const c10::FunctionSchema& schema) {
+                       const Stack& args, const c10::FunctionSchema& schema,
+                       const SpyreStream& stream) {
   if (!result.defined() || !result.is_cpu()) return result;
   if (arg >= 0 && args[arg].isTensor() && isSpyre(args[arg].toTensor())) {
     const at::Tensor& target = args[arg].toTensor();
     const bool aliases = result.has_storage() && target.has_storage() &&
                          result.storage().data() == target.storage().data();
-    if (!ret.alias_info()->isWrite() && !aliases) return spyreCopyOf(result);
+    if (!ret.alias_info()->isWrite() && !aliases) return spyreCopyOf(result, stream);
     if (ret.alias_info()->isWrite()) {
       if (schema.arguments()[arg].is_out()) {
         at::native::resize_output_check(target, result.sizes());  // CPU's warning
         Layout layout = Layout::of(result);
         layout.offset = target.storage_offset();
-        restride(target, layout);
-        if (target.numel() > 0) TensorRef::of(target).cpuAlias().copy_(result);
+        restride(target, layout);  // a growth copies the old bytes in stream order
+        queueHostWrite(stream, result, target);  // after that copy, not under it
       }
       return target;
     }
     return viewOf(target, Layout::of(result));
   }
-  return spyreCopyOf(result);
+  return spyreCopyOf(result, stream);
 }
 
 }  // namespace
@@ -97,7 +112,8 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
   const c10::FunctionSchema& schema = op.schema();
   const auto& arguments = schema.arguments();
   Stack args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
-  getCurrentStream(device).synchronize();
+  const SpyreStream stream = getCurrentStream(device);
+  stream.synchronize();  // the host reads the arguments
   Stack host;
   host.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) host.push_back(hostArgument(arguments[i], args[i]));
@@ -111,7 +127,7 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
     const int arg = aliasedArgument(schema, rets[k]);
     c10::IValue& value = host[k];
     if (value.isTensor()) {
-      returns.emplace_back(spyreResult(rets[k], arg, value.toTensor(), args, schema));
+      returns.emplace_back(spyreResult(rets[k], arg, value.toTensor(), args, schema, stream));
     } else if (value.isTensorList()) {
       if (arg >= 0 && rets[k].alias_info()->isWrite()) {
         returns.push_back(args[arg]);  // in-place on a list (foreach): written through
@@ -120,8 +136,8 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
       c10::List<at::Tensor> list;
       for (const at::Tensor& t : value.toTensorList()) {
         list.push_back(arg >= 0 && args[arg].isTensor()
-                           ? spyreResult(rets[k], arg, t, args, schema)
-                           : spyreCopyOf(t));
+                           ? spyreResult(rets[k], arg, t, args, schema, stream)
+                           : spyreCopyOf(t, stream));
       }
       returns.emplace_back(std::move(list));
     } else {
