@@ -144,6 +144,22 @@ def test_packed_sequences_equal_cpus(module_type, bidirectional):
     assert_equal_lists(ours[1], expected[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", ["lstm_2_layers_bidirectional_batch_first_h0_c0",
+                                  "gru_2_layers_bidirectional_batch_first_h0", "lstm_cell",
+                                  "gru_cell"])
+def test_half_precisions_equal_cpus(case, dtype):
+    module, inputs = seeded(CASES[case])
+    module = module.to(dtype)
+    inputs = tuple(v.to(dtype) if isinstance(v, torch.Tensor) else tuple(t.to(dtype) for t in v)
+                   for v in inputs)
+    with torch.backends.mkldnn.flags(enabled=False):
+        expected = train_step(module, inputs, "cpu")
+    ours = train_step(module, inputs, SPYRE)
+    assert_equal_lists(ours[0], expected[0])
+    assert_equal_lists(ours[1], expected[1])
+
+
 def test_dropout_between_layers_draws_as_cpu_does():
     module, inputs = seeded(lambda: (nn.GRU(FEATURES, HIDDEN, num_layers=3, dropout=0.5),
                                      (torch.randn(SEQ, BATCH, FEATURES),)))

@@ -10,8 +10,9 @@
 // CPU tensor. Every op is queued on the current stream by the launch path,
 // autograd records the graph it records on CPU, and results equal CPU's bit
 // for bit, forward and backward. One exception: where oneDNN is enabled
-// (torch.backends.mkldnn), CPU runs a float32 nn.LSTM without projections with
-// oneDNN's whole-layer kernel (mkldnn_rnn_layer), whose training workspace has
+// (torch.backends.mkldnn), CPU runs a float32 (on some CPUs also bfloat16 or
+// float16) nn.LSTM without projections with oneDNN's whole-layer kernel
+// (mkldnn_rnn_layer), whose training workspace has
 // a size only oneDNN knows once it runs, so its outputs cannot be allocated
 // before the kernel is queued; spyre's LSTM equals CPU's LSTM with oneDNN
 // disabled (docs/tensors.md, "Recurrent layers").
