@@ -144,15 +144,3 @@ def test_convolution():
     expected = conv(x)
     got = raise_fresh(lambda: copy.deepcopy(conv).to("spyre")(x.to("spyre")).cpu())
     assert torch.equal(got, expected)
-
-
-@pytest.mark.parametrize("module,op", [(nn.LSTM, "_thnn_fused_lstm_cell"),
-                                       (nn.GRU, "_thnn_fused_gru_cell")])
-def test_fused_rnn_cells_are_not_supported_yet(module, op):
-    with pytest.raises(NotImplementedError, match=rf"^Could not run 'aten::{op}' with arguments "
-                                                  r"from the 'CPU' backend"):
-        module(3, 4).to("spyre")(torch.ones(2, 1, 3, device="spyre"))
-    # The unfused cells work.
-    rnn = nn.RNN(3, 4)
-    x = torch.arange(6.0).reshape(2, 1, 3)
-    assert torch.equal(rnn.to("spyre")(x.to("spyre"))[0].cpu(), rnn.cpu()(x)[0])

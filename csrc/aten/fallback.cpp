@@ -13,7 +13,14 @@ c10::OperatorHandle opHandle(const char* name, const char* overload) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
 }
 
+// Spyre runs an op with its CPU kernel, so an op CPU has no kernel for has
+// none on spyre either; say so naming spyre (the dispatcher, asked for CPU's
+// kernel, would name the CPU backend), before any stream is waited for.
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU),
+                              "Could not run '", op.schema().operator_name(),
+                              "' with arguments from the 'spyre' backend: spyre runs operators "
+                              "with their CPU kernels, and this one has no CPU kernel");
   launchOp(op, stack);
 }
 
