@@ -49,15 +49,15 @@ Threads:
   copies back on the communication stream, and completes the SpyreCCLWork.
 - gloo's own threads move the bytes.
 
-Locks:
+Locks (none is held while waiting for a peer or the device):
 
 - `_Progress._lock`: `_pending` (collectives queued or being issued by the
   progress thread), the order in which collectives reach the queue, and a
   caller's direct launch while nothing is pending (so it cannot overtake a
   queued collective: gloo matches collectives across ranks by issue order).
-  The progress thread holds it while issuing a collective, exchange and
-  staging waits included (issue 31 item 4: a caller's next call then waits
-  for a late peer).
+  The progress thread takes it only to count a collective done, after issuing
+  it: the exchange and the staging waits run outside it, so a caller's next
+  `async_op=True` call returns at once even while a peer is late.
 - `SpyreCCLWork._lock`: the hand-over of the result between the completion
   thread (`_complete`) and `get_future()` (the future is created once and
   settled exactly once).

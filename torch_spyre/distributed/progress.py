@@ -26,8 +26,8 @@ class _Progress:
 
     def __init__(self, timeout):
         self._timeout = timeout
-        self._lock = threading.Lock()  # order of launches; `_pending`
-        self._pending = 0
+        self._lock = threading.Lock()  # what it protects: the package docstring
+        self._pending = 0  # collectives queued or being issued by the thread
         self._queue = queue.SimpleQueue()
         self._thread = None
         _LIVE_PROGRESS.add(self)
@@ -101,15 +101,19 @@ def _progress_loop(progress: _Progress) -> None:
                     error = RuntimeError(f"spyreccl: {work._name}: {why}")
         except BaseException as e:  # noqa: B036 (handed to the waiters)
             error = e
+        # Not under the lock: the exchange (and a pipelined all_reduce's
+        # staging waits) wait for peers, and callers need the lock to queue.
+        # This collective still counts in `_pending` meanwhile, so a caller
+        # queues behind it rather than issuing on gloo ahead of it.
+        try:
+            if error is None:
+                inner = launch()
+            elif getattr(launch, "reports_failure", False):
+                launch(failure=why or str(error))  # raises on every rank, this one too
+        except BaseException as e:  # noqa: B036
+            error = e
         with progress._lock:
             progress._pending -= 1
-            try:
-                if error is None:
-                    inner = launch()
-                elif getattr(launch, "reports_failure", False):
-                    launch(failure=why or str(error))  # raises on every rank, this one too
-            except BaseException as e:  # noqa: B036
-                error = e
         finished.put((inner, error, work))
         ready = caller = launch = work = inner = None  # drop them now, not at the next item
 
