@@ -7,6 +7,7 @@
 #include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/Stream.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
@@ -288,6 +289,17 @@ void bindHostMemory(py::module_& m) {
         [] { at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_peak_stats(); });
 }
 
+// spyreccl (torch_spyre/distributed): a failed collective fails its future
+// in C++, as c10d's own backends do. Python's Future.set_exception completes
+// it with the exception as its value, which c10d (DDP's reducer) takes for
+// a result.
+void bindFutures(py::module_& m) {
+  m.def("_future_set_error",
+        [](const std::shared_ptr<torch::jit::PythonFutureWrapper>& future, const std::string& message) {
+          future->fut->setError(std::make_exception_ptr(std::runtime_error(message)));
+        });
+}
+
 }  // namespace
 }  // namespace spyre
 
@@ -395,4 +407,5 @@ PYBIND11_MODULE(_C, m) {
   spyre::bindDeviceProperties(m);
   spyre::bindHostMemory(m);
   spyre::bindCompiledKernels(m);
+  spyre::bindFutures(m);
 }

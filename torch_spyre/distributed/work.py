@@ -13,6 +13,14 @@ from .staging import _copy_pairs
 _NO_TIMEOUT = timedelta(0)
 
 
+def _error_message(error) -> str:
+    """The message of a failed collective's future (a C++ runtime_error:
+    waiters get RuntimeError)."""
+    if isinstance(error, RuntimeError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
 class SpyreCCLWork(Work):
     """A spyreccl collective in flight (docs/distributed.md, "Streams").
 
@@ -23,8 +31,9 @@ class SpyreCCLWork(Work):
     current stream wait for the copies back (no host wait for the device), as
     NCCL's `wait()` makes it wait for the collective. `get_future()` is a
     `torch.futures.Future` completed with the output tensors at the same point
-    in stream order. A failure is raised by every `wait()` and nothing is
-    copied back (a pipelined all_reduce that gloo, or a rank's staging, fails
+    in stream order. A failure is raised by every `wait()` (the exception
+    itself) and fails the future in C++ (waiting on it raises RuntimeError
+    with the same message), and nothing is copied back (a pipelined all_reduce that gloo, or a rank's staging, fails
     partway through may have copied back the pieces reduced before).
     """
 
@@ -75,7 +84,10 @@ class SpyreCCLWork(Work):
 
     def _settle(self, future) -> None:
         if self._error is not None:
-            future.set_exception(self._error)
+            # Failed in C++, as c10d's own backends fail theirs: Python's
+            # Future.set_exception completes the future with the exception as
+            # its value, which C++ (DDP's reducer) takes for the result.
+            torch.spyre._C._future_set_error(future, _error_message(self._error))
         elif self._comm_stream is None:
             future.set_result(self._outputs)
         else:
