@@ -138,7 +138,7 @@ def test_a_device_failure_after_the_first_piece_fails_the_all_reduce_on_every_ra
         dist.init_process_group(timeout=timedelta(seconds={PG_TIMEOUT}))
         r = dist.get_rank()
         held, checked = Gate(), threading.Event()
-        stage, exchange, staged, exchanges = ccl._stage, ccl._Exchange, [], []
+        stage, exchange, staged, exchanges = ccl.pipeline._stage, ccl.pipeline._Exchange, [], []
 
         def stage_then_hold(host, tensor):
             event = stage(host, tensor)
@@ -154,7 +154,7 @@ def test_a_device_failure_after_the_first_piece_fails_the_all_reduce_on_every_ra
                 if len(exchanges) == 2:  # the signature, then "was the first piece read"
                     checked.set()
 
-        ccl._stage, ccl._Exchange = stage_then_hold, Exchange
+        ccl.pipeline._stage, ccl.pipeline._Exchange = stage_then_hold, Exchange
         s = torch.spyre.Stream()
         with torch.spyre.stream(s):
             t = torch.full((NUMEL,), r + 1.0, device="spyre")
@@ -165,7 +165,7 @@ def test_a_device_failure_after_the_first_piece_fails_the_all_reduce_on_every_ra
                 held.release()
             out["wait"] = [error(work.wait), error(work.wait), work.is_success()]
             out["stream"] = [s.stream_id, error(s.synchronize)]
-        ccl._stage, ccl._Exchange = stage, exchange
+        ccl.pipeline._stage, ccl.pipeline._Exchange = stage, exchange
         out["staged"] = staged
         out["exchanges"] = exchanges
         # The first piece's copy back (the communication stream waited for the

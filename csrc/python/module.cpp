@@ -1,12 +1,30 @@
 // torch_spyre._C's entry point: registers what needs Python once and calls
 // the binding groups (python/bindings.h, one file each). The only translation
 // unit that includes torch/extension.h (it alone costs ~20 s to compile).
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
 #include "aten/launch.h"
 #include "python/bindings.h"
 #include "runtime/runtime.h"
+
+namespace spyre::python {
+namespace {
+
+// spyreccl (torch_spyre/distributed): a failed collective fails its future
+// in C++, as c10d's own backends do. Python's Future.set_exception completes
+// it with the exception as its value, which c10d (DDP's reducer) takes for
+// a result. Here, beside torch/extension.h, because pybind_utils.h is as heavy.
+void bindFutures(py::module_& m) {
+  m.def("_future_set_error", [](const std::shared_ptr<torch::jit::PythonFutureWrapper>& future,
+                                const std::string& message) {
+    future->fut->setError(std::make_exception_ptr(std::runtime_error(message)));
+  });
+}
+
+}  // namespace
+}  // namespace spyre::python
 
 PYBIND11_MODULE(_C, m) {
   using namespace spyre::python;  // NOLINT: every binding group
@@ -27,4 +45,5 @@ PYBIND11_MODULE(_C, m) {
   bindDeviceProperties(m);
   bindHostMemory(m);
   bindCompiledKernels(m);
+  bindFutures(m);
 }

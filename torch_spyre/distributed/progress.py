@@ -1,0 +1,155 @@
+"""The progress and completion threads of a group: collectives are handed to
+gloo in call order, once their inputs are ready, and completed when gloo is
+done, without blocking the callers (threading contract: the package's
+docstring)."""
+
+import atexit
+import queue
+import threading
+import weakref
+
+import torch
+from torch._C._distributed_c10d import Work
+
+from .consistency import _unread
+from .pipeline import _Pieces
+from .staging import _stream_failed
+from .work import SpyreCCLWork
+
+class _Progress:
+    """Hands a group's collectives to gloo in call order, each once its inputs
+    are on the host, without blocking the callers (one daemon thread per group).
+
+    gloo matches collectives across ranks by the order they are issued, so
+    while anything is queued here, collectives on CPU tensors queue behind it.
+    """
+
+    def __init__(self, timeout):
+        self._timeout = timeout
+        self._lock = threading.Lock()  # what it protects: the package docstring
+        self._pending = 0  # collectives queued or being issued by the thread
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        _LIVE_PROGRESS.add(self)
+
+    def submit(self, name, staging, outputs, launch, comm_stream, direct=True) -> Work:
+        """`launch()` issues the gloo collective; it runs here (CPU tensors,
+        nothing queued, `direct`: it returns a gloo work) or on the thread."""
+        called = caller = None
+        if staging.staged and comm_stream is not None:
+            caller = torch.spyre.current_stream()
+            called = torch.spyre.Event()
+            called.record(caller)  # after the staging copies
+        with self._lock:
+            if direct and not staging.staged and self._pending == 0:
+                return launch()  # CPU tensors used as they are: gloo's own work
+            work = SpyreCCLWork(name, staging, outputs, comm_stream, called, self._timeout)
+            ready = called if staging.waits_for_caller else None
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=_progress_loop, args=(self,), name="spyreccl-progress", daemon=True
+                )
+                self._thread.start()
+            self._queue.put((ready, caller, launch, work))
+        return work
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Let the threads finish what is queued and exit; join them, so none
+        is still running (and dropping objects) when the interpreter exits."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+
+# Groups never destroyed: their threads are stopped at exit, before the
+# interpreter finalizes (a daemon thread waking up then would abort it).
+_LIVE_PROGRESS = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_progress() -> None:
+    for progress in list(_LIVE_PROGRESS):
+        progress.stop(timeout=1.0)
+
+
+def _progress_loop(progress: _Progress) -> None:
+    """Launcher: in call order, wait for each collective's staging copies
+    (a host wait without the GIL), then issue it on gloo."""
+    finished = queue.SimpleQueue()
+    completer = threading.Thread(
+        target=_completion_loop, args=(finished,), name="spyreccl-completion", daemon=True
+    )
+    completer.start()
+    while True:
+        item = progress._queue.get()
+        if item is None:
+            finished.put(None)
+            completer.join()
+            return
+        ready, caller, launch, work = item
+        item = None
+        error = inner = why = None
+        try:
+            if ready is not None:
+                ready.synchronize()
+                if _stream_failed(caller):
+                    # The stream failed before the staging copies ran: they
+                    # were discarded (its next synchronize() raises why).
+                    why = _unread(caller)
+                    error = RuntimeError(f"spyreccl: {work._name}: {why}")
+        except BaseException as e:  # noqa: B036 (handed to the waiters)
+            error = e
+        # Not under the lock: the exchange (and a pipelined all_reduce's
+        # staging waits) wait for peers, and callers need the lock to queue.
+        # This collective still counts in `_pending` meanwhile, so a caller
+        # queues behind it rather than issuing on gloo ahead of it.
+        try:
+            if error is None:
+                inner = launch()
+            elif getattr(launch, "reports_failure", False):
+                launch(failure=why or str(error))  # raises on every rank, this one too
+        except BaseException as e:  # noqa: B036
+            error = e
+        with progress._lock:
+            progress._pending -= 1
+        finished.put((inner, error, work))
+        ready = caller = launch = work = inner = None  # drop them now, not at the next item
+
+
+def _completion_loop(finished) -> None:
+    """Completer: wait for gloo (not every gloo work has a future), in order,
+    then copy the results back. Separate from the launcher so the next
+    collective's staging wait overlaps this one's transfer."""
+    while True:
+        item = finished.get()
+        if item is None:
+            return
+        inner, error, work = item
+        item = None
+        if error is None:
+            try:
+                _await_gloo(inner, work)
+            except BaseException as e:  # noqa: B036
+                error = e
+        work._complete(error)
+        inner = work = error = None
+
+
+def _await_gloo(inner, work) -> None:
+    """Wait for a collective's gloo work; the pieces of a pipelined all_reduce
+    are copied back one by one, as each is reduced."""
+    if not isinstance(inner, _Pieces):
+        inner.wait()
+        return
+    error = None
+    last = len(inner.works) - 1
+    for k, (piece, pairs) in enumerate(inner.works):
+        piece.wait()  # every piece, even after a failure: then nothing of it runs on
+        if k == last and error is None:
+            error = inner.partly_read()
+        if error is None:
+            work._copy_back(pairs)
+    if error is not None:
+        raise error
