@@ -24,6 +24,7 @@
 
 #include "aten/engine_team.h"
 #include "aten/openmp.h"
+#include "aten/stream_uses.h"
 #include "aten/tensor_ref.h"
 #include "device/allocator.h"
 #include "device/generator.h"
@@ -812,9 +813,7 @@ Work::Slot slotOf(int index, const c10::IValue& v) {
 
 void recordUses(const Stack& args, const SpyreStream& stream) {
   for (const c10::IValue& v : args) {
-    forEachTensor(v, [&](const at::Tensor& t) {
-      if (isSpyre(t) && t.has_storage()) recordStream(t.storage().data_ptr(), stream);
-    });
+    forEachTensor(v, [&](const at::Tensor& t) { recordUse(t, stream); });
   }
 }
 
