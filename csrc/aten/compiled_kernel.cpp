@@ -1,9 +1,12 @@
 #include "aten/compiled_kernel.h"
 
+#include <cstring>
+
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
 #include "aten/engine_team.h"
+#include "aten/stream_uses.h"
 
 namespace spyre {
 
@@ -17,17 +20,39 @@ CompiledKernel::CompiledKernel(uintptr_t entry, std::string kinds, std::string n
   }
 }
 
-void CompiledKernel::launch(const SpyreStream& stream, Slots slots, size_t bytes) const {
-  TORCH_INTERNAL_ASSERT(slots.size() == kinds_.size());
+void CompiledKernel::setTensor(Arguments& args, size_t index, const at::Tensor& t,
+                               const SpyreStream& stream) const {
+  TORCH_INTERNAL_ASSERT(index < args.slots.size() && kinds_[index] == 'p');
+  if (t.is_cpu() && t.dim() == 0) {
+    std::array<char, 16> value{};
+    TORCH_INTERNAL_ASSERT(t.element_size() <= static_cast<int64_t>(value.size()));
+    std::memcpy(value.data(), t.const_data_ptr(), t.element_size());
+    args.scalars.emplace_back(index, value);
+    return;
+  }
+  TORCH_CHECK_VALUE(t.device() == stream.device(), "compiled kernel ", name_, ": argument ",
+                    index, " is on ", t.device(), ", expected ", stream.device(),
+                    " (or a 0-dim CPU tensor)");
+  recordUse(t, stream);
+  args.slots[index] = reinterpret_cast<uintptr_t>(t.data_ptr());
+  args.bytes += t.nbytes();
+}
+
+void CompiledKernel::launch(const SpyreStream& stream, Arguments args) const {
+  TORCH_INTERNAL_ASSERT(args.slots.size() == kinds_.size());
   checkEngineTeamSetting();
+  const size_t bytes = args.bytes;
   // The library holding the entry point is never unloaded (ctypes does not
   // dlclose), so queued work may outlive this object.
   stream.launchCompute(
-      [entry = entry_, slots = std::move(slots)]() mutable {
+      [entry = entry_, args = std::move(args)]() mutable {
         placeEngineTeam();
+        for (auto& [index, value] : args.scalars) {
+          args.slots[index] = reinterpret_cast<uintptr_t>(value.data());
+        }
         c10::SmallVector<void*, 16> params;
-        params.reserve(slots.size());
-        for (uint64_t& slot : slots) params.push_back(&slot);
+        params.reserve(args.slots.size());
+        for (uint64_t& slot : args.slots) params.push_back(&slot);
         entry(params.data());
       },
       name_.c_str(), bytes);

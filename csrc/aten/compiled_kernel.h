@@ -7,12 +7,17 @@
 // entry point and the kinds of its arguments; each call captures the
 // arguments by value (device addresses, integers, floats) and queues the
 // kernel on the current stream. Nothing of Python or of a tensor is captured:
-// device memory stays valid in stream order, as for every other device op.
+// device memory stays valid in stream order, and every tensor argument is
+// recorded on the stream (aten/stream_uses.h), as for every other device op.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <ATen/core/Tensor.h>
 
 #include "runtime/stream.h"
 
@@ -24,6 +29,17 @@ class CompiledKernel {
   // One slot per argument, 8 bytes each, holding its value.
   using Slots = std::vector<uint64_t>;
 
+  // The arguments of one call, by value.
+  struct Arguments {
+    explicit Arguments(size_t count) : slots(count, 0) {}
+    Slots slots;
+    // The values of 0-dim CPU tensor arguments, and the slot each belongs to:
+    // the kernel reads them through a pointer, which points into the queued
+    // work's own copy when it runs.
+    std::vector<std::pair<size_t, std::array<char, 16>>> scalars;
+    size_t bytes = 0;  // device bytes the kernel touches (for the stream's accounting)
+  };
+
   // `kinds` has one letter per argument: 'p' a device pointer, 'i' int64,
   // 'f' float, 'd' double. Raises for any other letter.
   CompiledKernel(uintptr_t entry, std::string kinds, std::string name);
@@ -31,8 +47,16 @@ class CompiledKernel {
   const std::string& kinds() const { return kinds_; }
   const std::string& name() const { return name_; }
 
-  // Queues the kernel on `stream` over `slots` (filled per kinds()).
-  void launch(const SpyreStream& stream, Slots slots, size_t bytes) const;
+  // Sets pointer argument `index` to tensor `t` for a launch on `stream`: a
+  // spyre tensor on the stream's device (recorded as used by the stream), or a
+  // 0-dim CPU tensor, passed by value as a CUDA kernel gets one (dynamo turns a
+  // changing Python float into one; the host may change or free it as soon as
+  // the call returns). Raises for any other tensor.
+  void setTensor(Arguments& args, size_t index, const at::Tensor& t,
+                 const SpyreStream& stream) const;
+
+  // Queues the kernel on `stream` over `args` (slots filled per kinds()).
+  void launch(const SpyreStream& stream, Arguments args) const;
 
  private:
   Entry entry_;

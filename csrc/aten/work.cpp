@@ -9,6 +9,7 @@
 #include "aten/launch.h"
 #include "aten/op_arguments.h"
 #include "aten/openmp.h"
+#include "aten/stream_uses.h"
 #include "device/allocator.h"
 
 namespace spyre {
@@ -171,9 +172,7 @@ Work::Slot slotOf(int index, const c10::IValue& v) {
 
 void recordUses(const Stack& args, const SpyreStream& stream) {
   for (const c10::IValue& v : args) {
-    forEachTensor(v, [&](const at::Tensor& t) {
-      if (isSpyre(t) && t.has_storage()) recordStream(t.storage().data_ptr(), stream);
-    });
+    forEachTensor(v, [&](const at::Tensor& t) { recordUse(t, stream); });
   }
 }
 

@@ -21,8 +21,8 @@ void bindCompiledKernels(py::module_& m) {
         TORCH_CHECK_TYPE(args.size() == kinds.size(), "compiled kernel ", kernel.name(), " takes ",
                          kinds.size(), " arguments, got ", args.size());
         const SpyreStream stream = getCurrentStream(-1);
-        CompiledKernel::Slots slots(kinds.size(), 0);
-        size_t bytes = 0;
+        CompiledKernel::Arguments launch(kinds.size());
+        CompiledKernel::Slots& slots = launch.slots;
         for (size_t i = 0; i < kinds.size(); ++i) {
           const py::handle arg = args[i];
           switch (kinds[i]) {
@@ -30,12 +30,7 @@ void bindCompiledKernels(py::module_& m) {
               TORCH_CHECK_TYPE(THPVariable_Check(arg.ptr()), "compiled kernel ", kernel.name(),
                                ": argument ", i, " must be a tensor, got ",
                                py::str(py::type::of(arg)).cast<std::string>());
-              const at::Tensor& t = THPVariable_Unpack(arg.ptr());
-              TORCH_CHECK_VALUE(t.device() == stream.device(), "compiled kernel ", kernel.name(),
-                                ": argument ", i, " is on ", t.device(), ", expected ",
-                                stream.device());
-              slots[i] = reinterpret_cast<uintptr_t>(t.data_ptr());
-              bytes += t.nbytes();
+              kernel.setTensor(launch, i, THPVariable_Unpack(arg.ptr()), stream);
               break;
             }
             case 'i': {
@@ -54,7 +49,7 @@ void bindCompiledKernels(py::module_& m) {
             }
           }
         }
-        kernel.launch(stream, std::move(slots), bytes);
+        kernel.launch(stream, std::move(launch));
       });
 }
 
