@@ -9,6 +9,7 @@ with inductor's spyre backend (torch_spyre/_compile/inductor.py).
 """
 
 import torch
+import torch._prims_common as prims_common
 from torch._inductor import config, decomposition, ir, lowering
 from torch._inductor.virtualized import ops
 
@@ -95,8 +96,48 @@ def _group_norm():
     decomposition.fast_random_decomps()[aten.native_group_norm.default] = native_group_norm
 
 
+def _logical_index_argreductions():
+    # _make_reduction_inner: an argmax/argmin over several dims of a permuted
+    # or non-contiguous tensor must compute logical indices; inductor does so
+    # for Triton and for "cpu" with the C++ backend only, so spyre got storage
+    # offsets (x.t().argmax() gave 25 for 5). is_triton is the name that
+    # check consults; for the call on a spyre node it also answers True.
+    original = lowering._make_reduction_inner
+    is_triton = lowering.is_triton
+
+    def spyre_or_triton(node):
+        return _on_spyre(node) or is_triton(node)
+
+    def make_reduction_inner(x, **kwargs):
+        if _on_spyre(x) and str(kwargs.get("reduction_type")).startswith(("argmax", "argmin")):
+            lowering.is_triton = spyre_or_triton
+            try:
+                return original(x, **kwargs)
+            finally:
+                lowering.is_triton = is_triton
+        return original(x, **kwargs)
+
+    lowering._make_reduction_inner = make_reduction_inner
+
+
+def _arange_accumulation():
+    # torch._prims_common.get_acc_type (at::toAccumulateType), used by the
+    # arange decomposition: CPU accumulates float32 in float64. Spyre's eager
+    # kernels are CPU's, so its accumulation type is CPU's.
+    original = prims_common.get_acc_type
+
+    def get_acc_type(dtype, device):
+        if torch.device(device).type == "spyre":
+            return original(dtype, torch.device("cpu"))
+        return original(dtype, device)
+
+    prims_common.get_acc_type = get_acc_type
+
+
 def take_cpus_choices():
     _realize_thresholds()
     _two_step_variance()
     _division_by_a_constant()
     _group_norm()
+    _logical_index_argreductions()
+    _arange_accumulation()
