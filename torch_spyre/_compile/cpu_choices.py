@@ -60,7 +60,9 @@ def _division_by_a_constant():
         return original(a, b)
 
     lowering.div_prim = div_prim  # called by name from div and the pooling lowerings
-    lowering.register_lowering([lowering.prims.div], broadcast=True)(div_prim)
+    # The overload too: registering a packet skips overloads already registered.
+    prims_div = lowering.prims.div
+    lowering.register_lowering([prims_div, prims_div.default], broadcast=True)(div_prim)
 
 
 def _group_norm():
