@@ -3,9 +3,10 @@ computes: spyre takes CPU's (docs/compile.md, "CPU's choices").
 
 Spyre's kernels are the C++ backend's, so compiled spyre equals compiled CPU
 bit for bit only where inductor (and the decompositions it traces) decide as
-they do for CPU. Each patch below names the check it answers; each delegates
-to inductor's own code and changes nothing for other devices. Applied once,
-with inductor's spyre backend (torch_spyre/_compile/inductor.py).
+they do for CPU. Each patch below names the check it answers, changes nothing
+for other devices, and calls torch's own code for spyre too wherever the check
+can be answered from outside (group_norm's CPU branch is written out). Applied
+once, with inductor's spyre backend (torch_spyre/_compile/inductor.py).
 """
 
 import torch
