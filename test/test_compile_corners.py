@@ -108,11 +108,13 @@ def cpu_choice_ops(x, w, b):
         F.group_norm(x, 4, w, b),
         x / 3,  # CPU divides by a constant; other devices multiply by its reciprocal
         (x * 3).sum(1) / 200.0,
+        x.t().argmax(),  # logical indices over a transposed tensor (spyre gave storage offsets)
+        torch.arange(0.1, 7.3, 0.37, device=x.device),  # CPU accumulates in float64
     )
 
 
 @pytest.mark.slow
-def test_variance_ops_and_constant_division_equal_compiled_cpu_bit_for_bit():
+def test_cpus_choices_make_compiled_spyre_equal_compiled_cpu_bit_for_bit():
     # Inputs far from 0 (mean 10), where Welford and the two-pass variance, or
     # x / 3 and x * (1 / 3), differ in the last bits: before spyre took CPU's
     # choices these differed by up to 3.6e-6.
@@ -124,10 +126,11 @@ def test_variance_ops_and_constant_division_equal_compiled_cpu_bit_for_bit():
     ours = f(x.to(SPYRE), w.to(SPYRE), b.to(SPYRE))
     torch._dynamo.reset()
     expected = f(x, w, b)
-    assert len(ours) == len(expected) == 9
+    assert len(ours) == len(expected) == 11
     for i, (o, e) in enumerate(zip(ours, expected)):
         assert o.device == SPYRE
         assert torch.equal(o.cpu(), e), i
+    assert ours[9].item() == x.t().argmax().item()
 
 
 # ------------------------------------------------------------ item 13: mixed devices

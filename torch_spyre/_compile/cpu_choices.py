@@ -3,12 +3,14 @@ computes: spyre takes CPU's (docs/compile.md, "CPU's choices").
 
 Spyre's kernels are the C++ backend's, so compiled spyre equals compiled CPU
 bit for bit only where inductor (and the decompositions it traces) decide as
-they do for CPU. Each patch below names the check it answers; each delegates
-to inductor's own code and changes nothing for other devices. Applied once,
-with inductor's spyre backend (torch_spyre/_compile/inductor.py).
+they do for CPU. Each patch below names the check it answers, changes nothing
+for other devices, and calls torch's own code for spyre too wherever the check
+can be answered from outside (group_norm's CPU branch is written out). Applied
+once, with inductor's spyre backend (torch_spyre/_compile/inductor.py).
 """
 
 import torch
+import torch._prims_common as prims_common
 from torch._inductor import config, decomposition, ir, lowering
 from torch._inductor.virtualized import ops
 
@@ -59,7 +61,9 @@ def _division_by_a_constant():
         return original(a, b)
 
     lowering.div_prim = div_prim  # called by name from div and the pooling lowerings
-    lowering.register_lowering([lowering.prims.div], broadcast=True)(div_prim)
+    # The overload too: registering a packet skips overloads already registered.
+    prims_div = lowering.prims.div
+    lowering.register_lowering([prims_div, prims_div.default], broadcast=True)(div_prim)
 
 
 def _group_norm():
@@ -95,8 +99,48 @@ def _group_norm():
     decomposition.fast_random_decomps()[aten.native_group_norm.default] = native_group_norm
 
 
+def _logical_index_argreductions():
+    # _make_reduction_inner: an argmax/argmin over several dims of a permuted
+    # or non-contiguous tensor must compute logical indices; inductor does so
+    # for Triton and for "cpu" with the C++ backend only, so spyre got storage
+    # offsets (x.t().argmax() gave 25 for 5). is_triton is the name that
+    # check consults; for the call on a spyre node it also answers True.
+    original = lowering._make_reduction_inner
+    is_triton = lowering.is_triton
+
+    def spyre_or_triton(node):
+        return _on_spyre(node) or is_triton(node)
+
+    def make_reduction_inner(x, **kwargs):
+        if _on_spyre(x) and str(kwargs.get("reduction_type")).startswith(("argmax", "argmin")):
+            lowering.is_triton = spyre_or_triton
+            try:
+                return original(x, **kwargs)
+            finally:
+                lowering.is_triton = is_triton
+        return original(x, **kwargs)
+
+    lowering._make_reduction_inner = make_reduction_inner
+
+
+def _arange_accumulation():
+    # torch._prims_common.get_acc_type (at::toAccumulateType), used by the
+    # arange decomposition: CPU accumulates float32 in float64. Spyre's eager
+    # kernels are CPU's, so its accumulation type is CPU's.
+    original = prims_common.get_acc_type
+
+    def get_acc_type(dtype, device):
+        if torch.device(device).type == "spyre":
+            return original(dtype, torch.device("cpu"))
+        return original(dtype, device)
+
+    prims_common.get_acc_type = get_acc_type
+
+
 def take_cpus_choices():
     _realize_thresholds()
     _two_step_variance()
     _division_by_a_constant()
     _group_norm()
+    _logical_index_argreductions()
+    _arange_accumulation()
