@@ -31,11 +31,27 @@ StreamKey key(const SpyreStream& stream) {
 }
 
 // Every device index from Python is checked before it narrows to
-// c10::DeviceIndex (an int8_t: 256 would wrap to spyre:0).
+// c10::DeviceIndex (an int8_t: 256 would wrap to spyre:0). A negative index
+// is the current device, as on CUDA.
 c10::DeviceIndex deviceArg(int64_t index) {
-  TORCH_CHECK(index >= -1 && index < kMaxDevices, "Invalid device index ", index,
-              ": expected -1 (current device) or an index in [0, ", kMaxDevices - 1, "]");
+  if (index < 0) return -1;
+  if (index >= kMaxDevices) checkVisibleDevice(index);  // raises: past every device
   return static_cast<c10::DeviceIndex>(index);
+}
+
+// A device string's index is checked before c10::Device narrows it
+// ("spyre:300" would name spyre:44, "spyre:256" spyre:0).
+c10::Device parseDeviceString(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  const std::string digits = colon == std::string::npos ? "" : text.substr(colon + 1);
+  // Only digits c10::Device accepts (no leading zero, fits int64): it
+  // rejects the others with its own message.
+  if (!digits.empty() && digits.size() <= 18 && (digits[0] != '0' || digits.size() == 1) &&
+      digits.find_first_not_of("0123456789") == std::string::npos) {
+    const int64_t index = std::stoll(digits);
+    if (index >= kMaxDevices) checkVisibleDevice(index);  // raises
+  }
+  return c10::Device(text);
 }
 
 // torch.Stream(stream_id, device_index, device_type) narrows device_index to
@@ -56,7 +72,16 @@ PyObject* checkedTorchStreamNew(PyTypeObject* type, PyObject* args, PyObject* kw
     const long long type_value = PyLong_AsLongLongAndOverflow(device_type, &overflow);
     if (overflow == 0 && type_value == static_cast<long long>(c10::DeviceType::PrivateUse1)) {
       const long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
-      if (overflow != 0 || value < -1 || value >= kMaxDevices) {
+      if (overflow != 0 || value >= kMaxDevices) {  // the one out-of-range message
+        try {
+          if (overflow != 0) throwInvalidDeviceIndex(py::str(index).cast<std::string>());
+          checkVisibleDevice(value);
+        } catch (const c10::Error& e) {
+          PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+          return nullptr;
+        }
+      }
+      if (value < -1) {
         PyErr_Format(PyExc_ValueError,
                      "Invalid device index %S: expected -1 (current device) or an index in [0, %d]",
                      index, kMaxDevices - 1);
@@ -85,7 +110,7 @@ c10::DeviceIndex deviceFromPython(const py::handle& device) {
   if (THPDevice_Check(device.ptr())) {
     parsed = reinterpret_cast<THPDevice*>(device.ptr())->device;
   } else if (py::isinstance<py::str>(device)) {
-    parsed = c10::Device(device.cast<std::string>());
+    parsed = parseDeviceString(device.cast<std::string>());
   }
   TORCH_CHECK_TYPE(parsed.has_value(), "expected device to be None, an int, a str or a "
                    "torch.device, got ", py::repr(device).cast<std::string>(), " of type ",
@@ -113,6 +138,13 @@ void bindRuntime(py::module_& m) {
   // Limits and ids defined once, in C++; torch_spyre reads them from here.
   m.attr("_max_devices") = static_cast<int>(kMaxDevices);
   m.def("_bound_device", [] { return static_cast<int>(boundDevice()); });
+  // Raises the one out-of-range message for a Python int of any size.
+  m.def("_check_device_index", [](const py::int_& index) {
+    int overflow = 0;
+    const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0) throwInvalidDeviceIndex(py::str(index).cast<std::string>());
+    if (value >= 0) checkVisibleDevice(value);
+  });
   m.def("_threads_in_host_waits", &threadsInHostWaits,
         "Threads blocked in (or entering) a wait on device work.");
 }
@@ -223,11 +255,17 @@ void bindErrors(py::module_& m) {
 
 void bindGenerators(py::module_& m) {
   // No argument (or -1): the current device's generator, as upstream.
+  // One Python object per device, as torch.cuda.default_generators: the same
+  // object on every call (kept for the process, like the generators).
   m.def(
       "_get_default_generator",
       [](int64_t device) {
-        return py::reinterpret_steal<py::object>(
-            THPGenerator_initDefaultGenerator(defaultGenerator(deviceArg(device))));
+        static std::array<PyObject*, kMaxDevices> objects{};
+        const at::Generator& generator = defaultGenerator(deviceArg(device));
+        PyObject*& object = objects[static_cast<size_t>(generator.device().index())];
+        if (object == nullptr) object = THPGenerator_initDefaultGenerator(generator);
+        if (object == nullptr) throw py::error_already_set();
+        return py::reinterpret_borrow<py::object>(object);
       },
       py::arg("device") = -1);
 }
