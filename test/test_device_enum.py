@@ -156,9 +156,7 @@ def usage(bound, count, card, indices, env):
                        else ["RuntimeError", OUT_OF_RANGE.format(index=i, count=count)])
             # The capability (the dtypes) is any visible device's; a generator is host state.
             capability = ["ok", True] if i < count else refused
-            generator = (["ok", f"spyre:{i}"] if i < count else [
-                "RuntimeError", f"Invalid device index {i} for a spyre generator: out of range "
-                f"for {count} visible Spyre device(s)"])
+            generator = ["ok", f"spyre:{i}"] if i < count else refused
             rows = [refused] * 8 + [capability, generator]
         labels = ["properties", "empty", "to", "memory_stats", "memory_allocated", "mem_get_info",
                   "synchronize", "stream", "capability", "generator"]
@@ -238,6 +236,6 @@ def test_local_rank_past_the_visible_devices_fails_at_the_first_use():
     )
     assert proc.stdout.splitlines() == [
         "2 2",
-        "Device index out of bounds. logical_device_id=2, number of visible devices=2",
+        "Invalid device index 2: out of range for 2 visible Spyre device(s) (expected an index in [0, 2))",
         "False",
     ]

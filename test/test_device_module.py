@@ -10,7 +10,8 @@ import torch_spyre
 from conftest import run_python
 
 # The package's own submodules: torch.cuda has memory/random/streams too.
-SUBMODULES = {"distributed", "errors", "events", "memory", "random", "streams", "testing"}
+SUBMODULES = {"distributed", "errors", "events", "memory", "profiler", "random", "streams",
+              "testing"}
 
 
 def test_dir_is_the_api_and_the_package_submodules():

@@ -699,7 +699,7 @@ def test_local_rank_beyond_the_visible_devices_fails_clearly(tmp_path):
     )
     assert proc.returncode != 0
     assert (
-        "RuntimeError: Device index out of bounds. logical_device_id=1, number of visible devices=1"
+        "RuntimeError: Invalid device index 1: out of range for 1 visible Spyre device(s)"
         in proc.stderr
     )
     assert "local_rank: 1" in proc.stderr  # torchrun names the failing worker

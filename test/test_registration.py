@@ -136,7 +136,7 @@ def test_set_device_validates_before_and_after_init():
     assert proc.stdout.splitlines() == [
         out_of_range.format(8), out_of_range.format(8),
         out_of_range.format(100), out_of_range.format(100),
-        "Invalid device index -1: expected an index in [0, 126]",
+        "Invalid device index -1: set_device needs an index in [0, 8)",
         "7",
         "0 0",
     ]

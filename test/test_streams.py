@@ -599,7 +599,8 @@ def test_failed_start_reports_bounds_and_can_be_retried():
         env={"LOCAL_RANK": "8"},  # eight cards are visible: indices 0-7
     )
     first, second = proc.stdout.strip().splitlines()
-    assert first == "Device index out of bounds. logical_device_id=8, number of visible devices=8"
+    assert first == ("Invalid device index 8: out of range for 8 visible Spyre device(s) "
+                     "(expected an index in [0, 8))")
     assert second == "True 0"
 
 

@@ -35,11 +35,13 @@ from ._device import (  # noqa: F401,E402
     get_device_capability,
     get_device_name,
     get_device_properties,
+    get_downcast_warning,
     init,
     is_available,
     is_bf16_supported,
     is_initialized,
     set_device,
+    set_downcast_warning,
     synchronize,
 )
 from .errors import (  # noqa: E402
@@ -59,6 +61,7 @@ from .memory import (  # noqa: E402
     memory_allocated,
     memory_reserved,
     memory_stats,
+    memory_summary,
     reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
     reset_peak_host_memory_stats,
@@ -91,12 +94,13 @@ __all__ = [
     "current_device", "device", "device_count", "device_of", "get_amp_supported_dtype",
     "get_device_capability", "get_device_name", "get_device_properties", "init",
     "is_available", "is_bf16_supported", "is_initialized", "set_device", "synchronize",
+    "get_downcast_warning", "set_downcast_warning",
     # streams and events
     "Event", "Stream", "StreamContext", "current_stream", "default_stream",
     "host_compute_stream", "set_stream", "stream",
     # memory
     "empty_cache", "host_memory_stats", "max_memory_allocated", "max_memory_reserved",
-    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",
+    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "memory_summary",
     "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
     "reset_peak_host_memory_stats", "reset_peak_memory_stats",
     # random

@@ -1,5 +1,6 @@
 """Device functions of torch.spyre: availability, the current device, lazy init."""
 
+import os
 import sys
 import warnings
 
@@ -25,10 +26,10 @@ def _device_index(device, *, optional=True) -> int:
             f"of type {type(device).__name__}"
         )
     if isinstance(device, int):
-        if not 0 <= device <= _MAX_DEVICE_INDEX:
-            raise ValueError(
-                f"Invalid device index {device}: expected an index in [0, {_MAX_DEVICE_INDEX}]"
-            )
+        if device < 0:
+            return -1  # as torch.cuda: a negative index is the current device
+        if device > _MAX_DEVICE_INDEX:
+            _C._check_device_index(device)  # raises C++'s one message for an out-of-range index
         return device
     if isinstance(device, str):
         text = device
@@ -41,18 +42,13 @@ def _device_index(device, *, optional=True) -> int:
         # torch.device narrows the index to int8 unchecked: 'spyre:300' is spyre:44.
         digits = text.rpartition(":")[2]
         if digits.isdigit() and int(digits) != device.index:
-            raise ValueError(
-                f"Invalid device index {int(digits)} in {text!r}: expected an index in "
-                f"[0, {_MAX_DEVICE_INDEX}]"
-            )
+            _C._check_device_index(int(digits))
     if device.type != "spyre":
         raise ValueError(f"expected a spyre device, got {str(device)!r}")
     if device.index is None:
         return -1
-    if not 0 <= device.index <= _MAX_DEVICE_INDEX:
-        raise ValueError(
-            f"Invalid device index {device.index}: expected an index in [0, {_MAX_DEVICE_INDEX}]"
-        )
+    if device.index > _MAX_DEVICE_INDEX:
+        _C._check_device_index(device.index)
     return device.index
 
 
@@ -76,6 +72,11 @@ def current_device() -> int:
 
 def set_device(device) -> None:
     """Set the calling thread's current device; the index is checked at once."""
+    if isinstance(device, int) and not isinstance(device, bool) and device < 0:
+        # upstream torch-spyre's tests require this to raise (torch.cuda ignores it)
+        raise ValueError(
+            f"Invalid device index {device}: set_device needs an index in [0, {device_count()})"
+        )
     index = _device_index(device, optional=False)
     _C.set_device(index)
 
@@ -237,3 +238,29 @@ def get_device_capability(device=None) -> dict:
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """bfloat16 tensors, copies and autocast work on spyre."""
     return True
+
+
+def _downcast_warning_from_env() -> bool:
+    value = os.environ.get("TORCH_SPYRE_DOWNCAST_WARN", "")
+    return value.strip().lower() not in ("0", "false", "off")
+
+
+# Upstream torch-spyre warns when a card narrows a dtype (int64 to int32). The
+# emulation computes every dtype as CPU does and never narrows, so the setting
+# is kept and reported only. TORCH_SPYRE_DOWNCAST_WARN=0/false/off disables it.
+_downcast_warning = _downcast_warning_from_env()
+
+
+def get_downcast_warning() -> bool:
+    """Whether downcast warnings are enabled (upstream's API; the emulation never downcasts)."""
+    return _downcast_warning
+
+
+def set_downcast_warning(enabled: bool) -> None:
+    """Enable or disable downcast warnings for this process (a setting only: nothing downcasts)."""
+    global _downcast_warning
+    if type(enabled) is not bool:
+        raise TypeError(
+            f"set_downcast_warning expects a bool, got {enabled!r} of type {type(enabled).__name__}"
+        )
+    _downcast_warning = enabled

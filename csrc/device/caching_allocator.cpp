@@ -63,7 +63,17 @@ void forEachStatArray(c10::CachingDeviceAllocator::DeviceStats& stats, F f) {
 
 }  // namespace
 
-bool DeviceCachingAllocator::BySize::operator()(const DeviceBlock* a, const DeviceBlock* b) const {
+// A new block out of its pool, with its pool node: may throw, nothing leaks.
+DeviceBlock* newBlock(char* ptr, size_t size, c10::StreamId stream, c10::DeviceIndex device,
+                      bool small) {
+  auto block = std::make_unique<DeviceBlock>(DeviceBlock{ptr, size, stream, device, small});
+  BlockSet scratch;
+  scratch.insert(block.get());
+  block->pool_node = scratch.extract(scratch.begin());
+  return block.release();
+}
+
+bool BlockBySize::operator()(const DeviceBlock* a, const DeviceBlock* b) const {
   if (a->stream != b->stream) return a->stream < b->stream;
   if (a->size != b->size) return a->size < b->size;
   return std::less<const char*>()(a->ptr, b->ptr);
@@ -92,6 +102,7 @@ DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex devi
   const size_t segment_bytes = segmentSize(size);
   Pool& pool = size <= kSmallSize ? small_pool_ : large_pool_;
   handleLocked(stream, device);  // free() reads it and must not resolve
+  retryDeferredLocked();
   processEventsLocked();
   std::string runtime_message;
   DeviceBlock* block = takeFreeBlockLocked(pool, stream, size);
@@ -126,7 +137,7 @@ DeviceBlock* DeviceCachingAllocator::takeFreeBlockLocked(Pool& pool, c10::Stream
   const auto it = pool.blocks.lower_bound(&key);
   if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
   DeviceBlock* block = *it;
-  pool.blocks.erase(it);
+  block->pool_node = pool.blocks.extract(it);
   return block;
 }
 
@@ -134,9 +145,10 @@ DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, c10::Stre
                                                            c10::DeviceIndex device,
                                                            size_t segment_bytes,
                                                            std::string& runtime_message) {
-  void* ptr = nullptr;
+  std::unique_ptr<DeviceBlock> block(
+      newBlock(nullptr, segment_bytes, stream, device, pool.is_small));  // before the memory
   try {
-    ptr = runtimeContext()->allocate(segment_bytes);
+    block->ptr = static_cast<char*>(runtimeContext()->allocate(segment_bytes));
   } catch (const flex::OutOfMemoryError& error) {
     runtime_message = error.what();
     return nullptr;
@@ -144,7 +156,7 @@ DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, c10::Stre
   change(stats_.segment, pool.is_small, 1);
   change(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(segment_bytes));
   ++stats_.num_device_alloc;
-  return new DeviceBlock{static_cast<char*>(ptr), segment_bytes, stream, device, pool.is_small};
+  return block.release();
 }
 
 DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, size_t size,
@@ -155,15 +167,14 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
   // Keep the rest only when it can serve a request of the same pool.
   if (block->small ? rest >= kMinBlockSize : rest > kSmallSize) {
     DeviceBlock* remaining = block;
-    block = new DeviceBlock{remaining->ptr, size, remaining->stream, remaining->device,
-                            remaining->small};
+    block = newBlock(remaining->ptr, size, remaining->stream, remaining->device, remaining->small);
     block->prev = remaining->prev;
     if (block->prev != nullptr) block->prev->next = block;
     block->next = remaining;
     remaining->prev = block;
     remaining->ptr += size;
     remaining->size = rest;
-    pool.blocks.insert(remaining);
+    pool.blocks.insert(std::move(remaining->pool_node));
     if (already_split) {
       change(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(size));
     } else {
@@ -191,10 +202,30 @@ void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
   change(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
   // Before the block can merge away: the report names it.
   const ProfilerReport report = profilerReportLocked(block, -static_cast<int64_t>(block->size));
-  insertEventsLocked(block);
-  if (block->event_count == 0) freeBlockLocked(block);
+  try {
+    insertEventsLocked(block);
+  } catch (...) {
+    // No memory for an event: the block may still be in use on another
+    // stream, so it must not return to its pool yet.
+    block->deferred = true;
+    block->next_deferred = deferred_;
+    deferred_ = block;
+  }
+  if (!block->deferred && block->event_count == 0) freeBlockLocked(block);
   lock.unlock();
   reportToProfiler(report);
+}
+
+void DeviceCachingAllocator::retryDeferredLocked() {
+  while (deferred_ != nullptr) {
+    DeviceBlock* block = deferred_;
+    insertEventsLocked(block);
+    fprintf(stderr, "DEBUG retried %p events=%d\n", (void*)block, block->event_count);  // throws again while memory is short: stays deferred
+    deferred_ = block->next_deferred;
+    block->next_deferred = nullptr;
+    block->deferred = false;
+    if (block->event_count == 0) freeBlockLocked(block);
+  }
 }
 
 DeviceCachingAllocator::ProfilerReport DeviceCachingAllocator::profilerReportLocked(
@@ -222,21 +253,24 @@ void DeviceCachingAllocator::recordStream(DeviceBlock* block, c10::StreamId stre
 }
 
 void DeviceCachingAllocator::insertEventsLocked(DeviceBlock* block) {
-  for (const c10::StreamId id : block->stream_uses) {
+  auto& uses = block->stream_uses;
+  while (!uses.empty()) {
+    const c10::StreamId id = uses.back();
     flex::RuntimeStream* handle = handles_[static_cast<size_t>(id)];
     auto event = std::make_unique<flex::RuntimeEvent>();
+    bool pending = true;
     try {
       event->record(handle);
+      pending = !event->query();  // idle: nothing launched on it can still touch the block
     } catch (const flex::Error&) {
-      continue;  // failed stream, shut down or forked: its queued work is gone
+      pending = false;  // failed stream, shut down or forked: its queued work is gone
     }
-    if (event->query()) {
-      continue;  // the stream was idle: nothing launched on it can still touch the block
+    if (pending) {
+      events_[id].push_back({std::move(event), block});
+      ++block->event_count;
     }
-    ++block->event_count;
-    events_[id].push_back({std::move(event), block});
+    uses.pop_back();
   }
-  block->stream_uses.clear();
 }
 
 void DeviceCachingAllocator::processEventsLocked() {
@@ -246,7 +280,7 @@ void DeviceCachingAllocator::processEventsLocked() {
     while (!queue.empty() && queue.front().event->query()) {
       DeviceBlock* block = queue.front().block;
       queue.pop_front();
-      if (--block->event_count == 0) freeBlockLocked(block);
+      if (--block->event_count == 0 && !block->deferred) freeBlockLocked(block);
     }
     it = queue.empty() ? events_.erase(it) : std::next(it);
   }
@@ -263,7 +297,7 @@ void DeviceCachingAllocator::freeBlockLocked(DeviceBlock* block) {
       split_bytes -= static_cast<int64_t>(merged);
     }
   }
-  pool.blocks.insert(block);
+  pool.blocks.insert(std::move(block->pool_node));  // allocates nothing
   if (block->isSplit()) {
     split_blocks += 1;
     split_bytes += static_cast<int64_t>(block->size);
@@ -278,7 +312,10 @@ void DeviceCachingAllocator::freeBlockLocked(DeviceBlock* block) {
 
 size_t DeviceCachingAllocator::mergeLocked(DeviceBlock* into, DeviceBlock* neighbour,
                                            Pool& pool) {
-  if (neighbour == nullptr || neighbour->allocated || neighbour->event_count > 0) return 0;
+  if (neighbour == nullptr || neighbour->allocated || neighbour->event_count > 0 ||
+      neighbour->deferred) {
+    return 0;
+  }
   if (into->prev == neighbour) {
     into->ptr = neighbour->ptr;
     into->prev = neighbour->prev;
@@ -299,6 +336,7 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
   std::vector<PendingEvent> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    retryDeferredLocked();
     for (auto& [id, queue] : events_) {
       for (PendingEvent& entry : queue) pending.push_back(std::move(entry));
     }
@@ -320,7 +358,7 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const PendingEvent& entry : pending) {
-      if (--entry.block->event_count == 0) freeBlockLocked(entry.block);
+      if (--entry.block->event_count == 0 && !entry.block->deferred) freeBlockLocked(entry.block);
     }
     // Whole free segments leave the pools now; a split one still has a
     // block in use.

@@ -41,6 +41,13 @@
 
 namespace spyre {
 
+struct DeviceBlock;
+// Pool order: allocation stream, then size, then address.
+struct BlockBySize {
+  bool operator()(const DeviceBlock* a, const DeviceBlock* b) const;
+};
+using BlockSet = std::set<DeviceBlock*, BlockBySize>;
+
 // A piece of a segment: allocated, waiting for events, or free in its pool.
 struct DeviceBlock {
   char* ptr;
@@ -54,6 +61,14 @@ struct DeviceBlock {
   std::vector<c10::StreamId> stream_uses;  // recorded streams other than `stream`
   DeviceBlock* prev = nullptr;  // neighbours in the segment
   DeviceBlock* next = nullptr;
+  // The block's node of its pool's set while it is out of the pool (made with
+  // the block, where throwing is allowed), so returning it to the pool in
+  // free() allocates nothing.
+  BlockSet::node_type pool_node;
+  // free() could not record its events (no memory): the block waits, out of
+  // its pool, in the deferred list until malloc() or emptyCache() retries.
+  bool deferred = false;
+  DeviceBlock* next_deferred = nullptr;
 
   bool isSplit() const { return prev != nullptr || next != nullptr; }
 };
@@ -64,7 +79,10 @@ class DeviceCachingAllocator {
   // Raises c10::OutOfMemoryError naming the sizes when even a retry after
   // releasing every cached block fails.
   DeviceBlock* malloc(size_t nbytes, c10::DeviceIndex device);
-  // The host dropped the block. Never throws: called from deleters.
+  // The host dropped the block. Never throws: called from deleters. Returning
+  // the block to its pool allocates nothing; the events a block used on other
+  // streams needs are allocated, and when that fails the block is deferred
+  // (kept out of every pool, in an intrusive list) to the next malloc().
   void free(DeviceBlock* block) noexcept;
   // `stream` used the block: a later free waits for the work launched on it.
   void recordStream(DeviceBlock* block, c10::StreamId stream);
@@ -81,11 +99,8 @@ class DeviceCachingAllocator {
   void unlockAfterFork();
 
  private:
-  struct BySize {
-    bool operator()(const DeviceBlock* a, const DeviceBlock* b) const;
-  };
   struct Pool {
-    std::set<DeviceBlock*, BySize> blocks;  // free blocks
+    BlockSet blocks;  // free blocks
     bool is_small;
   };
   struct PendingEvent {
@@ -112,7 +127,12 @@ class DeviceCachingAllocator {
   DeviceBlock* allocateSegmentLocked(Pool& pool, c10::StreamId stream, c10::DeviceIndex device,
                                      size_t segment_bytes, std::string& runtime_message);
   DeviceBlock* splitAndActivateLocked(DeviceBlock* block, size_t size, size_t requested);
+  // Records an event on every stream the block was used on; a use leaves
+  // block->stream_uses only once its event is queued, so a retry after a
+  // throw continues where it stopped.
   void insertEventsLocked(DeviceBlock* block);
+  // Retries the deferred frees (may throw: called where throwing is allowed).
+  void retryDeferredLocked();
   void processEventsLocked();
   void freeBlockLocked(DeviceBlock* block);
   size_t mergeLocked(DeviceBlock* into, DeviceBlock* neighbour, Pool& pool);
@@ -131,6 +151,7 @@ class DeviceCachingAllocator {
   // Runtime handles by stream id, resolved once (an id never changes handle).
   std::array<flex::RuntimeStream*, kMaxStreamIds> handles_{};
   c10::CachingDeviceAllocator::DeviceStats stats_;
+  DeviceBlock* deferred_ = nullptr;  // see DeviceBlock::deferred
 };
 
 }  // namespace spyre

@@ -77,10 +77,7 @@ c10::DeviceIndex checkedIndex(c10::DeviceIndex device_index) {
   if (device_index < 0) {
     device_index = currentDevice();
   }
-  const c10::DeviceIndex count = deviceCount();
-  TORCH_CHECK(device_index >= 0 && device_index < count, "Invalid device index ",
-              static_cast<int>(device_index), " for a spyre generator: out of range for ",
-              static_cast<int>(count), " visible Spyre device(s)");
+  checkVisibleDevice(device_index);
   return device_index;
 }
 

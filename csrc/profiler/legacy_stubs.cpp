@@ -74,13 +74,9 @@ struct SpyreProfilerStubs final : torch::profiler::impl::ProfilerStubs {
     op(device);
   }
 
-  void synchronize() const override {
-    try {
-      synchronizeDevice(-1);
-    } catch (...) {
-      // A failed stream's error belongs to the op that used it.
-    }
-  }
+  // Waits without consuming: a stream's failure belongs to the program's next
+  // synchronize()/query() of it, not to the profiler starting or stopping.
+  void synchronize() const override { settleDevice(); }
 };
 
 const bool registered = [] {

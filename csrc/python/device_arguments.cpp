@@ -29,7 +29,16 @@ PyObject* checkedTorchStreamNew(PyTypeObject* type, PyObject* args, PyObject* kw
     const long long type_value = PyLong_AsLongLongAndOverflow(device_type, &overflow);
     if (overflow == 0 && type_value == static_cast<long long>(c10::DeviceType::PrivateUse1)) {
       const long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
-      if (overflow != 0 || value < -1 || value >= kMaxDevices) {
+      if (overflow != 0 || value >= kMaxDevices) {  // the one out-of-range message
+        try {
+          if (overflow != 0) throwInvalidDeviceIndex(py::str(index).cast<std::string>());
+          checkVisibleDevice(value);
+        } catch (const c10::Error& e) {
+          PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+          return nullptr;
+        }
+      }
+      if (value < -1) {
         PyErr_Format(PyExc_ValueError,
                      "Invalid device index %S: expected -1 (current device) or an index in [0, %d]",
                      index, kMaxDevices - 1);
@@ -46,10 +55,26 @@ StreamKey key(const SpyreStream& stream) {
   return {stream.id(), static_cast<int>(stream.device_index())};
 }
 
+// A negative index is the current device, as on CUDA.
 c10::DeviceIndex deviceArg(int64_t index) {
-  TORCH_CHECK(index >= -1 && index < kMaxDevices, "Invalid device index ", index,
-              ": expected -1 (current device) or an index in [0, ", kMaxDevices - 1, "]");
+  if (index < 0) return -1;
+  if (index >= kMaxDevices) checkVisibleDevice(index);  // raises: past every device
   return static_cast<c10::DeviceIndex>(index);
+}
+
+// A device string's index is checked before c10::Device narrows it
+// ("spyre:300" would name spyre:44, "spyre:256" spyre:0).
+c10::Device parseDeviceString(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  const std::string digits = colon == std::string::npos ? "" : text.substr(colon + 1);
+  // Only digits c10::Device accepts (no leading zero, fits int64): it
+  // rejects the others with its own message.
+  if (!digits.empty() && digits.size() <= 18 && (digits[0] != '0' || digits.size() == 1) &&
+      digits.find_first_not_of("0123456789") == std::string::npos) {
+    const int64_t index = std::stoll(digits);
+    if (index >= kMaxDevices) checkVisibleDevice(index);  // raises
+  }
+  return c10::Device(text);
 }
 
 void checkTorchStreamIndices() {
@@ -68,7 +93,7 @@ c10::DeviceIndex deviceFromPython(const py::handle& device) {
   if (THPDevice_Check(device.ptr())) {
     parsed = reinterpret_cast<THPDevice*>(device.ptr())->device;
   } else if (py::isinstance<py::str>(device)) {
-    parsed = c10::Device(device.cast<std::string>());
+    parsed = parseDeviceString(device.cast<std::string>());
   }
   TORCH_CHECK_TYPE(parsed.has_value(), "expected device to be None, an int, a str or a "
                    "torch.device, got ", py::repr(device).cast<std::string>(), " of type ",

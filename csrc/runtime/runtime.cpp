@@ -61,18 +61,20 @@ void markForkedChild() {
   }
 }
 
+// Every check that can fail runs before anything is published: the context
+// is set, the device bound and torch told only once the stream pool exists.
+// flex keeps a context it created for the process's lifetime and returns it
+// again to a retry for the same device, so a retry after a failure past
+// create() reuses it.
 void startRuntimeOnce() {
   const c10::DeviceIndex logical_device_id = currentDevice();
-  const c10::DeviceIndex visible = deviceCount();
-  TORCH_CHECK(
-      logical_device_id >= 0 && logical_device_id < visible,
-      "Device index out of bounds. logical_device_id=", static_cast<int>(logical_device_id),
-      ", number of visible devices=", static_cast<int>(visible));
+  checkVisibleDevice(logical_device_id);
+  checkHostComputeSetting();  // configuration errors: before the context exists
   flex::RuntimeContext* context = flex::RuntimeContext::create(logical_device_id);
   TORCH_CHECK(context != nullptr, "Failed to initialize Spyre runtime for device ",
               static_cast<int>(logical_device_id));
+  initializeStreamPool(logical_device_id, context);
   GlobalRuntime::set(context);
-  initializeStreamPool(logical_device_id);
   static std::once_flag fork_handler;
   std::call_once(fork_handler, [] {
     pthread_atfork(nullptr, nullptr, markForkedChild);
@@ -154,12 +156,17 @@ c10::DeviceIndex initCurrentDevice() {
 }
 }  // namespace detail
 
-void checkVisibleDevice(c10::DeviceIndex index) {
+void throwInvalidDeviceIndex(const std::string& index) {
   const c10::DeviceIndex count = deviceCount();
-  TORCH_CHECK(index >= 0 && index < count, "Invalid device index ", static_cast<int>(index),
-              ": out of range for ", static_cast<int>(count),
-              " visible Spyre device(s) (expected an index in [0, ", static_cast<int>(count),
-              "))");
+  TORCH_CHECK(false, "Invalid device index ", index, ": out of range for ",
+              static_cast<int>(count), " visible Spyre device(s) (expected an index in [0, ",
+              static_cast<int>(count), "))");
+}
+
+void checkVisibleDevice(int64_t index) {
+  if (C10_UNLIKELY(index < 0 || index >= deviceCount())) {
+    throwInvalidDeviceIndex(std::to_string(index));
+  }
 }
 
 void setCurrentDevice(c10::DeviceIndex index) {

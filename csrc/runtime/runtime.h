@@ -10,6 +10,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <string>
 
 #include <c10/core/Device.h>
 #include <c10/macros/Macros.h>
@@ -37,8 +39,13 @@ c10::DeviceIndex deviceCount();
 // Same, but 0 instead of throwing (for noexcept callers).
 c10::DeviceIndex deviceCountNoThrow() noexcept;
 // Raises "Invalid device index N: out of range for M visible Spyre device(s) ..."
-// unless 0 <= index < deviceCount(). Does not start the runtime.
-void checkVisibleDevice(c10::DeviceIndex index);
+// unless 0 <= index < deviceCount(). Does not start the runtime. The one
+// message for an index that names no device, wherever it was parsed: callers
+// check wide integers (int64, Python ints) with it before narrowing them to
+// c10::DeviceIndex.
+void checkVisibleDevice(int64_t index);
+// The same error for an index written as text (one too wide for int64).
+[[noreturn]] void throwInvalidDeviceIndex(const std::string& index);
 
 namespace detail {
 // The calling thread's current device: -1 until the thread first asks, then
@@ -62,8 +69,11 @@ void setCurrentDevice(c10::DeviceIndex index);
 // Sets it without any check (for noexcept guard restores).
 void setCurrentDeviceUnchecked(c10::DeviceIndex index) noexcept;
 
-// Start the runtime once per process. Retried if it failed; raises if the
-// runtime was freed or the process is a fork of one that had started it.
+// Start the runtime once per process; raises if the runtime was freed or the
+// process is a fork of one that had started it. A start that fails leaves the
+// process as if it had not started (docs/reliability.md, "A failed start"):
+// nothing bound, GlobalRuntime null, the device state NotInitialized; the next
+// use tries again and re-reads the configuration.
 void startRuntime();
 // GlobalRuntime::reset(); see the header comment for what remains usable.
 void freeRuntime();

@@ -1,6 +1,7 @@
 #include "runtime/stream.h"
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -98,10 +99,12 @@ HostComputeSetting parseHostComputeSetting() {
   return {static_cast<int>(value), ""};
 }
 
-void initializeStreamPoolImpl(c10::DeviceIndex device) {
+// The count the pool was initialized with (0 before): fixed from then on.
+std::atomic<int> pool_host_compute_count{0};
+
+void initializeStreamPoolImpl(c10::DeviceIndex device, flex::RuntimeContext* context) {
   StreamPool& pool = streamPool();
   const int host_compute_count = hostComputeStreamCount();  // raises on a bad value
-  flex::RuntimeContext* context = GlobalRuntime::get();
   TORCH_CHECK(context != nullptr, "initializeStreamPoolImpl: the Spyre runtime is not started");
   // Asked before locking: no runtime call runs under the pool lock (the audit
   // build of test/stress checks it). The host-compute streams are created
@@ -135,6 +138,7 @@ void initializeStreamPoolImpl(c10::DeviceIndex device) {
   pool.next_high_priority_idx = 0;
   pool.next_host_compute_idx = 0;
   pool.device_init_flags[device] = true;
+  pool_host_compute_count.store(host_compute_count, std::memory_order_release);
 }
 
 // Create the flex stream behind a pool id on its first hand-out. The creation
@@ -199,13 +203,18 @@ detail::PoolLockHeld detail::poolLockHeldByThisThread() {
 #endif
 
 int hostComputeStreamCount() {
-  static const HostComputeSetting setting = parseHostComputeSetting();
+  if (const int fixed = pool_host_compute_count.load(std::memory_order_acquire)) return fixed;
+  const HostComputeSetting setting = parseHostComputeSetting();
   TORCH_CHECK(setting.error.empty(), setting.error);
   return setting.count;
 }
 
-void initializeStreamPool(c10::DeviceIndex device) {
-  initializeStreamPoolImpl(device);
+void checkHostComputeSetting() {
+  hostComputeStreamCount();
+}
+
+void initializeStreamPool(c10::DeviceIndex device, flex::RuntimeContext* context) {
+  initializeStreamPoolImpl(device, context);
 }
 
 size_t mappedStreamCount() {
@@ -416,6 +425,27 @@ bool drainDevice(c10::DeviceIndex device, std::string& consumed) {
   bool failed = false;
   for (size_t i = 0; i < count; ++i) failed = failed || handles[i]->needsShutdown();
   return failed;
+}
+
+void settleDevice() noexcept {
+  if (!isRuntimeStarted()) return;
+  try {
+    MappedHandles handles;
+    const size_t count = handles.collect(streamPool());
+    waitForDevice([&] {
+      for (size_t i = 0; i < count; ++i) {
+        if (handles[i]->needsShutdown()) continue;  // failed: runs nothing more
+        try {
+          flex::RuntimeEvent done;
+          done.record(handles[i]);
+          done.synchronize();
+        } catch (...) {
+          // the stream failed meanwhile: its failure stays pending on it
+        }
+      }
+    });
+  } catch (...) {
+  }
 }
 
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device) {

@@ -148,8 +148,13 @@ SpyreStream getHostComputeStream(c10::DeviceIndex device = -1);
 // The host-compute stream `id`; raises unless 65 <= id < 65+N.
 SpyreStream getHostComputeStreamById(c10::StreamId id, c10::DeviceIndex device = -1);
 // N: TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS (default 4; raises naming the value
-// unless it is an integer from 1 to 8). Read once per process.
+// unless it is an integer from 1 to 8). Fixed when the runtime starts; until
+// then read from the environment at each call, so a start that failed on a
+// bad value can be retried after correcting it.
 int hostComputeStreamCount();
+// Raises like hostComputeStreamCount() for a bad value (startRuntime() checks
+// it before creating the runtime's context).
+void checkHostComputeSetting();
 // The calling thread's current stream (the default stream until set).
 // Inline (below): every op asks for it.
 SpyreStream getCurrentStream(c10::DeviceIndex device = -1);
@@ -164,12 +169,19 @@ void synchronizeDevice(c10::DeviceIndex device = -1);
 // that fails during the drain reports its failure here: the first such
 // message goes to `consumed`. Returns true if a stream of the device has failed.
 bool drainDevice(c10::DeviceIndex device, std::string& consumed);
+// Block until every stream of the bound device is idle, consuming no failure:
+// each stream is waited for through an event recorded on it, so a failure
+// stays pending for the stream's own synchronize()/query() (a profiler hook
+// must not take the error that belongs to the program's next synchronize).
+// Never throws; does nothing when the runtime is not running.
+void settleDevice() noexcept;
 // The default stream's flex handle (for code that talks to flex directly).
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1);
 
-// Called once by startRuntime(): maps id 0 and the host-compute streams and
-// fills the id lists.
-void initializeStreamPool(c10::DeviceIndex device);
+// Called by startRuntime() before it publishes `context`: maps id 0 and the
+// host-compute streams and fills the id lists. A failure leaves the pool
+// untouched (streams already created stay with flex, unused).
+void initializeStreamPool(c10::DeviceIndex device, flex::RuntimeContext* context);
 // Number of ids with a flex handle (for tests).
 size_t mappedStreamCount();
 // Every mapped id with the id of its flex stream (flex::RuntimeStream::streamId()):

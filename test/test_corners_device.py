@@ -1,0 +1,136 @@
+"""Issue 31, items 9-11 and 18: device indices (negative = the current device,
+as torch.cuda; one message for an index that names no device; strings checked
+before they narrow to int8) and upstream's downcast-warning setting."""
+
+import pytest
+import torch
+
+import torch_spyre
+from conftest import run_python
+
+C = torch_spyre._C
+
+
+def out_of_range(index, count=8):
+    return (rf"^Invalid device index {index}: out of range for {count} visible Spyre device\(s\) "
+            rf"\(expected an index in \[0, {count}\)\)$")
+
+
+# ---------------------------------------------------------------- item 10
+
+
+def test_a_negative_device_int_is_the_current_device_as_on_cuda():
+    current = torch.spyre.current_stream()
+    assert torch.spyre.current_stream(-1) == current
+    assert torch.spyre.current_stream(-7) == current
+    assert torch.spyre.default_stream(-1) == torch.spyre.default_stream()
+    torch.spyre.synchronize(-1)
+    x = torch.ones(256, device="spyre")
+    assert torch.spyre.memory_allocated(-1) == torch.spyre.memory_allocated()
+    assert torch.spyre.memory_allocated(-1) >= 1024
+    assert torch.spyre.max_memory_allocated(-1) == torch.spyre.max_memory_allocated()
+    s = torch.spyre.Stream(device=-1)
+    assert (s.device_index, s.device.type) == (0, "spyre")
+    assert torch.spyre.host_compute_stream(-1).stream_id >= C._first_host_compute_stream_id
+    assert C._current_stream(-1) == C._current_stream(-3)
+    del x
+
+
+def test_set_device_still_refuses_a_negative_index():
+    # upstream torch-spyre's test_spyre_device_count_and_set_device: set_device(-1) raises
+    with pytest.raises(ValueError, match=r"^Invalid device index -1: set_device needs an index "
+                                         r"in \[0, 8\)$"):
+        torch.spyre.set_device(-1)
+
+
+# ---------------------------------------------------------------- item 9: one message
+
+
+@pytest.mark.parametrize("call", [
+    lambda: torch.spyre.set_device(8),
+    lambda: torch.spyre.current_stream(8),
+    lambda: torch.spyre.Stream(device="spyre:8"),
+    lambda: torch.empty(2, device="spyre:8"),
+    lambda: torch.spyre.get_rng_state(8),
+    lambda: torch.Generator(device="spyre:8"),
+    lambda: C._current_stream(8),
+    lambda: C.host_compute_stream("spyre:8"),
+], ids=["set_device", "current_stream", "Stream", "empty", "get_rng_state", "Generator",
+        "_C._current_stream", "_C.host_compute_stream"])
+def test_an_index_past_the_visible_devices_has_one_message(call):
+    with pytest.raises(RuntimeError, match=out_of_range(8)):
+        call()
+
+
+@pytest.mark.parametrize("index", [127, 128, 300, 2**40])
+def test_an_index_past_int8_has_the_same_message(index):
+    for call in (lambda: torch.spyre.current_stream(index), lambda: torch.spyre.Stream(device=index),
+                 lambda: C._current_stream(index), lambda: C.set_device(index),
+                 lambda: torch.Stream(0, index, C._device_type)):
+        with pytest.raises(RuntimeError, match=out_of_range(index)):
+            call()
+
+
+def test_a_start_past_the_visible_devices_reports_the_same_message():
+    proc = run_python("""
+        import torch
+        try:
+            torch.spyre.init()
+        except RuntimeError as e:
+            print(e)
+    """, env={"LOCAL_RANK": "8"})
+    assert proc.stdout.splitlines() == [
+        "Invalid device index 8: out of range for 8 visible Spyre device(s) "
+        "(expected an index in [0, 8))"
+    ]
+
+
+# ---------------------------------------------------------------- item 11
+
+
+@pytest.mark.parametrize("text,index", [
+    ("spyre:256", "256"), ("spyre:300", "300"), ("spyre:127", "127"), ("spyre:100", "100"),
+])
+def test_device_strings_are_checked_before_they_narrow(text, index):
+    for call in (lambda: C.host_compute_stream(text), lambda: C.host_compute_stream_by_id(65, text),
+                 lambda: torch.spyre.host_compute_stream(text), lambda: torch.spyre.synchronize(text),
+                 lambda: torch.spyre.Stream(device=text), lambda: torch.spyre.current_stream(text)):
+        with pytest.raises(RuntimeError, match=out_of_range(index)):
+            call()
+
+
+def test_a_device_string_in_range_still_names_its_device():
+    assert C.host_compute_stream("spyre:0").device() == torch.device("spyre:0")
+    assert C.host_compute_stream("spyre").device() == torch.device("spyre:0")
+    with pytest.raises(RuntimeError, match="this process is bound to spyre:0 but spyre:4"):
+        C.host_compute_stream("spyre:4")
+
+
+# ---------------------------------------------------------------- item 18
+
+
+def test_downcast_warning_is_on_by_default_and_round_trips():
+    assert torch.spyre.get_downcast_warning() is True
+    try:
+        torch.spyre.set_downcast_warning(False)
+        assert torch.spyre.get_downcast_warning() is False
+        torch.spyre.set_downcast_warning(True)
+        assert torch.spyre.get_downcast_warning() is True
+        with pytest.raises(TypeError, match=r"^set_downcast_warning expects a bool, got 0 of type int$"):
+            torch.spyre.set_downcast_warning(0)
+    finally:
+        torch.spyre.set_downcast_warning(True)
+
+
+def test_the_downcast_variable_turns_it_off_and_int64_is_never_downcast():
+    proc = run_python("""
+        import warnings, torch
+        print(torch.spyre.get_downcast_warning())
+        big = torch.tensor([2**40 + 3, -(2**35)], dtype=torch.int64)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.spyre.set_downcast_warning(True)
+            back = big.to("spyre").cpu()
+        print(back.dtype, back.tolist(), len(caught))
+    """, env={"TORCH_SPYRE_DOWNCAST_WARN": "off"})
+    assert proc.stdout.splitlines() == ["False", f"torch.int64 {[2**40 + 3, -(2**35)]} 0"]
