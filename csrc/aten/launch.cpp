@@ -507,6 +507,7 @@ std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args
   try {
     const c10::WarningUtils::WarningHandlerGuard collect(&collector);
     const CpuKernelScope scope(0);
+    const at::DisableRecordFunctionGuard unrecorded;  // inference, not the user's ops
     op.callBoxed(meta_stack);
   } catch (const std::exception&) {
     return plan;
@@ -933,6 +934,8 @@ enum class Verified { Yes, No, Synchronous };
 
 Verified verifyPlan(Plan& plan, Work& work) {
   using Scratch = Work::Scratch;
+  // Not the user's work: profiles (Kineto, legacy) show only the real call.
+  const at::DisableRecordFunctionGuard unrecorded;
   std::vector<c10::Warning> warnings;
   if (!verifiedSignatures().contains(plan.signature)) {
     if (plan.out_variant) {
@@ -980,6 +983,7 @@ void launchVerified(const SpyreStream& stream, const std::string& signature,
                     const char* name, size_t bytes) {
   checkEngineTeamSetting();
   if (!verifiedSignatures().contains(signature)) {
+    const at::DisableRecordFunctionGuard unrecorded;  // as in verifyPlan
     verify();
     verifiedSignatures().add(signature);
   }
