@@ -10,6 +10,7 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
+#include "aten/autograd_exit.h"
 #include "aten/compiled_kernel.h"
 #include "aten/launch.h"
 #include "aten/tensor_ref.h"
@@ -115,6 +116,9 @@ void bindRuntime(py::module_& m) {
   m.def("_bound_device", [] { return static_cast<int>(boundDevice()); });
   m.def("_threads_in_host_waits", &threadsInHostWaits,
         "Threads blocked in (or entering) a wait on device work.");
+  m.def("_drain_autograd_device_thread",
+        [](int64_t device, double timeout) { return drainAutogradDeviceThread(deviceArg(device), timeout); },
+        py::call_guard<py::gil_scoped_release>());
 }
 
 // Upstream's host-compute stream API: _C.host_compute_stream(device) and
