@@ -23,19 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NPROC = 2
 
 
-# The known exit-time abort of FSDP/DTensor jobs (docs/distributed.md, "Known
-# issue"): a rank aborts in C++ teardown after its results are written.
-EXIT_ABORT = "terminate called without an active exception"
-
-
-def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=("--standalone",),
-             known_exit_abort=False):
-    """Run `script` under torchrun with NPROC ranks (cwd and OUT_DIR: tmp_path).
-
-    known_exit_abort: a job whose every rank wrote its result file and whose
-    only failure is the known exit-time abort is returned with
-    `exit_aborted` set instead of failing: the caller checks the results,
-    then calls xfail_if_exit_aborted()."""
+def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=("--standalone",)):
+    """Run `script` under torchrun with NPROC ranks (cwd and OUT_DIR: tmp_path)."""
     path = tmp_path / "worker.py"
     path.write_text(textwrap.dedent(script))
     full_env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
@@ -54,9 +43,7 @@ def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=
         pytest.fail(f"torchrun timed out after {timeout} s\n"
                     f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
     result = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-    result.exit_aborted = (known_exit_abort and result.returncode != 0 and EXIT_ABORT in stderr
-                           and all((tmp_path / f"rank{r}.json").exists() for r in range(NPROC)))
-    if check and result.returncode != 0 and not result.exit_aborted:
+    if check and result.returncode != 0:
         pytest.fail(f"torchrun exited {result.returncode}\n"
                     f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
     return result
@@ -73,12 +60,6 @@ def kill_workers(script):
                     os.kill(int(pid), signal.SIGKILL)
         except OSError:
             pass  # gone already, or not ours to read
-
-
-def xfail_if_exit_aborted(result):
-    """After the caller checked the results of a known_exit_abort job."""
-    if result.exit_aborted:
-        pytest.xfail(f"known exit-time abort after the results were written: {EXIT_ABORT}")
 
 
 def rank_results(tmp_path):

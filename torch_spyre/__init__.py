@@ -23,6 +23,7 @@ import torch as _torch  # noqa: E402
 
 # Loading _C registers the device guard, hooks, allocators and kernels.
 from . import _C, _compile  # noqa: F401,E402
+from . import _autograd_exit  # noqa: F401,E402  (clean exit after backward)
 # _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
 from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/record_function.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/Resize.h>
 
@@ -29,6 +30,7 @@ void launchVerified(const SpyreStream& stream, const std::string& signature,
                     const char* name, size_t bytes) {
   checkEngineTeamSetting();
   if (!verifiedSignatures().contains(signature)) {
+    const at::DisableRecordFunctionGuard unrecorded;  // as in verifyPlan
     verify();
     verifiedSignatures().add(signature);
   }

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <ATen/record_function.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/as_strided_native.h>
 
@@ -192,6 +193,7 @@ std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args
   try {
     const c10::WarningUtils::WarningHandlerGuard collect(&collector);
     const CpuKernelScope scope(0);
+    const at::DisableRecordFunctionGuard unrecorded;  // inference, not the user's ops
     op.callBoxed(meta_stack);
   } catch (const std::exception&) {
     return plan;

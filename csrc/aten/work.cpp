@@ -178,6 +178,8 @@ void recordUses(const Stack& args, const SpyreStream& stream) {
 
 Verified verifyPlan(Plan& plan, Work& work) {
   using Scratch = Work::Scratch;
+  // Not the user's work: profiles (Kineto, legacy) show only the real call.
+  const at::DisableRecordFunctionGuard unrecorded;
   std::vector<c10::Warning> warnings;
   if (!verifiedSignatures().contains(plan.signature)) {
     if (plan.out_variant) {

@@ -1,6 +1,7 @@
 // The runtime, the device's properties and its error state (python/bindings.h).
 #include <string>
 
+#include "aten/autograd_exit.h"
 #include "python/bindings.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
@@ -30,6 +31,12 @@ void bindRuntime(py::module_& m) {
   });
   m.def("_threads_in_host_waits", &threadsInHostWaits,
         "Threads blocked in (or entering) a wait on device work.");
+  m.def(
+      "_drain_autograd_device_thread",
+      [](int64_t device, double timeout) {
+        return drainAutogradDeviceThread(deviceArg(device), timeout);
+      },
+      py::call_guard<py::gil_scoped_release>());
 }
 
 // Plain ints cross the boundary; torch_spyre/errors.py wraps them in IntEnums.
