@@ -23,6 +23,7 @@
 #include <c10/util/CallOnce.h>
 
 #include "aten/engine_team.h"
+#include "aten/meta_inference.h"
 #include "aten/openmp.h"
 #include "aten/tensor_ref.h"
 #include "device/allocator.h"
@@ -507,7 +508,7 @@ std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args
   try {
     const c10::WarningUtils::WarningHandlerGuard collect(&collector);
     const CpuKernelScope scope(0);
-    op.callBoxed(meta_stack);
+    callMeta(op, meta_stack);  // C++ meta kernels (aten/meta_inference.h)
   } catch (const std::exception&) {
     return plan;
   }
