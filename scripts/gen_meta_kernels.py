@@ -5,10 +5,9 @@ aten ops whose Meta kernel torch 2.13 replaces with a Python one at import
     python scripts/gen_meta_kernels.py   # then build; re-run for another torch
 
 Each line is META_KERNEL(<at::_ops struct>, <at::meta function>); the ops
-struct's schema type picks the C++ overload. Ops whose at::meta function does
-not exist or does not match are skipped (a listed name is checked by the
-compiler, and
-exported by libtorch_cpu)."""
+struct's schema type picks the C++ overload, so the compiler checks every
+signature. Ops whose at::meta function libtorch_cpu does not declare or does
+not export (some in-place forms) are left out: they keep the Python kernel."""
 
 import os
 import re
