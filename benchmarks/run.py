@@ -20,6 +20,7 @@ import torch
 
 import compiled
 import compute
+import first_result
 import native
 import profiling
 import python_api
@@ -113,6 +114,7 @@ def main(argv=None):
         + compute.rows(args.quick, repeats, selected)
         + compiled.rows(args.quick, repeats, selected)
         + profiling.rows(args.quick, repeats, selected)
+        + first_result.rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]
     print_table(rows, args.markdown)

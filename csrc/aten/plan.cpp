@@ -1,5 +1,7 @@
 #include "aten/plan.h"
 
+#include "aten/meta_inference.h"
+
 #include <algorithm>
 #include <mutex>
 #include <sstream>
@@ -194,7 +196,7 @@ std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args
     const c10::WarningUtils::WarningHandlerGuard collect(&collector);
     const CpuKernelScope scope(0);
     const at::DisableRecordFunctionGuard unrecorded;  // inference, not the user's ops
-    op.callBoxed(meta_stack);
+    callMeta(op, meta_stack);  // C++ meta kernels (aten/meta_inference.h)
   } catch (const std::exception&) {
     return plan;
   }
