@@ -9,13 +9,13 @@
 // kernels below call the same ATen ops in the same order as ATen does for a
 // CPU tensor. Every op is queued on the current stream by the launch path,
 // autograd records the graph it records on CPU, and results equal CPU's bit
-// for bit, forward and backward. One exception: where oneDNN is enabled
-// (torch.backends.mkldnn), CPU runs a float32 (on some CPUs also bfloat16 or
-// float16) nn.LSTM without projections with oneDNN's whole-layer kernel
-// (mkldnn_rnn_layer), whose training workspace has
-// a size only oneDNN knows once it runs, so its outputs cannot be allocated
-// before the kernel is queued; spyre's LSTM equals CPU's LSTM with oneDNN
-// disabled (docs/tensors.md, "Recurrent layers").
+// for bit, forward and backward. One exception: while oneDNN is enabled
+// (torch.backends.mkldnn), CPU runs a float32 nn.LSTM without projections (on
+// some CPUs also bfloat16, or float16 without autograd) with oneDNN's
+// whole-layer kernel, mkldnn_rnn_layer. Its training workspace has a size only
+// oneDNN knows (libtorch does not export oneDNN's API to ask it), so its
+// outputs cannot be allocated before the kernel is queued: spyre's LSTM equals
+// CPU's with oneDNN disabled (docs/tensors.md, "Recurrent layers").
 //
 // Registered for PrivateUse1 and AutogradPrivateUse1, as a composite kernel:
 // autograd sees the ops these functions call.
@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
