@@ -4,6 +4,7 @@
 // cannot be queued, the synchronous path (aten/sync_path.h).
 #include "aten/launch.h"
 
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,9 +42,19 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
                 Stack* stack) {
   const size_t num_args = op.schema().arguments().size();
   const size_t first = stack->size() - num_args;
+  // The op's one device check: what follows uses the checked index.
   const c10::DeviceIndex device = checkDevices(op, stack, first);
   checkEngineTeamSetting();
-  const Stack args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  // The arguments, moved off the stack (the returns take their place). The
+  // synchronous path takes them from the stack: they are put back first.
+  Stack args(std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
+             std::make_move_iterator(stack->end()));
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  auto runSynchronouslyOnArgs = [&] {
+    stack->insert(stack->end(), std::make_move_iterator(args.begin()),
+                  std::make_move_iterator(args.end()));
+    runSynchronously(compute_op, stack, first, device);
+  };
 
   KeyBuilder key(compute_op);
   bool encodable = true;
@@ -54,12 +65,12 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     }
   }
   if (!encodable) {
-    runSynchronously(compute_op, stack, first, device);
+    runSynchronouslyOnArgs();
     return;
   }
   const std::shared_ptr<Plan> plan = planFor(compute_op, args, key.take());
   if (plan->synchronous) {
-    runSynchronously(compute_op, stack, first, device);
+    runSynchronouslyOnArgs();
     return;
   }
 
@@ -70,12 +81,13 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     at::native::resize_output_check(out, layout.sizes);  // CPU's warning, at every call
     restride(out, layout);
   }
-  const SpyreStream stream = getCurrentStream(device);
+  const SpyreStream stream = getCurrentStreamOfCheckedDevice(device);
   auto work = std::make_shared<Work>(*plan->cpu_op);
   work->out_variant = plan->out_variant;
   work->copy_results = plan->copy_results;
   work->num_threads = at::get_num_threads();
   std::vector<c10::IValue> returns;
+  returns.reserve(plan->outputs.size());
   size_t bytes = 0;
   for (const OutputSpec& spec : plan->outputs) {
     std::vector<TensorRef> refs;
@@ -84,6 +96,14 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       value = args[spec.arg];
     } else if (spec.kind == OutputSpec::Kind::View) {
       value = viewOf(args[spec.arg].toTensor(), spec.layouts[0]);
+    } else if (!spec.list) {
+      at::Tensor t;  // undefined: an output the op did not compute
+      if (spec.layouts[0].defined()) {
+        t = emptySpyre(spec.layouts[0], device);
+        bytes += t.nbytes();
+        refs.push_back(TensorRef::of(t));
+      }
+      value = std::move(t);
     } else {
       c10::List<at::Tensor> list;
       for (const Layout& layout : spec.layouts) {
@@ -91,12 +111,12 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
           list.push_back(at::Tensor());
           continue;
         }
-        at::Tensor t = emptySpyre(layout);
+        at::Tensor t = emptySpyre(layout, device);
         bytes += t.nbytes();
         refs.push_back(TensorRef::of(t));
         list.push_back(std::move(t));
       }
-      value = spec.list ? c10::IValue(list) : c10::IValue(list.get(0));
+      value = std::move(list);
     }
     work->outputs.push_back(std::move(refs));
     work->output_is_list.push_back(spec.list);
@@ -112,6 +132,8 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         // A factory's device: the CPU kernel makes a host tensor (copied into
         // the output), not a spyre one through the launch path again.
         work->args.emplace_back(c10::Device(c10::kCPU));
+      } else if (plan->verified) {
+        work->args.push_back(std::move(args[i]));  // no synchronous fallback needs it
       } else {
         work->args.push_back(args[i]);
       }
@@ -121,7 +143,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     const Verified verified = plan->verified ? Verified::Yes : verifyPlan(*plan, *work);
     if (verified == Verified::Synchronous) {
       plan->synchronous = true;
-      runSynchronously(compute_op, stack, first, device);
+      runSynchronouslyOnArgs();
       return;
     }
     if (verified == Verified::No) {
@@ -133,17 +155,18 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       } catch (const std::exception&) {
         if (!work->result_mismatch) throw;
         plan->synchronous = true;  // its results are not what the meta kernel said
-        runSynchronously(compute_op, stack, first, device);
+        runSynchronouslyOnArgs();
         return;
       }
       plan->verified = true;
       verifiedSignatures().add(plan->signature);
     } else {
       work->on_engine = true;
-      stream.launchCompute([work] { work->run(); }, name, bytes);
+      // The closure is moved into the runtime, never copied.
+      stream.launchComputeOnCheckedDevice([work = std::move(work)] { work->run(); }, name, bytes);
     }
   }
-  replaceArgsWithReturns(stack, num_args, std::move(returns));
+  for (c10::IValue& r : returns) stack->push_back(std::move(r));
 }
 
 void launchOp(const c10::OperatorHandle& op, Stack* stack) {

@@ -317,9 +317,17 @@ std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
   return plan;
 }
 
-at::Tensor emptySpyre(const Layout& layout) {
-  return at::detail::empty_strided_generic(layout.sizes, layout.strides, deviceAllocator(),
-                                           kSpyreKeys, layout.dtype);
+at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device) {
+  // What at::detail::empty_strided_generic does, with the device known.
+  const size_t nbytes = at::detail::computeStorageNbytes(layout.sizes, layout.strides,
+                                                         c10::elementSize(layout.dtype));
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                       allocateOnCheckedDevice(nbytes, device), deviceAllocator(),
+                       /*resizable=*/true);
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), kSpyreKeys, c10::scalarTypeToTypeMeta(layout.dtype));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(layout.sizes, layout.strides);
+  return t;
 }
 
 // Give `t` the sizes and strides an out= kernel would (growing its storage

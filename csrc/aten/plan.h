@@ -74,8 +74,9 @@ int aliasedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret)
 std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
                               std::vector<int64_t> key);
 
-// A new spyre tensor of this layout (offset ignored).
-at::Tensor emptySpyre(const Layout& layout);
+// A new spyre tensor of this layout (offset ignored) on `device`, an index
+// ensureDevice() returned during this op (no second check).
+at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device);
 // Give `t` the sizes and strides an out= kernel would (growing its storage
 // in stream order when needed).
 void restride(const at::Tensor& t, const Layout& layout);

@@ -17,6 +17,7 @@ namespace spyre::launch {
 class KeyBuilder {
  public:
   explicit KeyBuilder(const c10::OperatorHandle& op) {
+    words_.reserve(64);  // a binary op on 2-d tensors takes ~30 words: one allocation
     words_.push_back(reinterpret_cast<int64_t>(&op.schema()));
   }
 

@@ -40,7 +40,7 @@ at::Tensor spyreCopyOf(const at::Tensor& host, const SpyreStream& stream) {
       stride *= std::max<int64_t>(layout.sizes[d], 1);
     }
   }
-  at::Tensor out = emptySpyre(layout);
+  at::Tensor out = emptySpyre(layout, stream.device_index());
   queueHostWrite(stream, host, out);
   return out;
 }

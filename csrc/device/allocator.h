@@ -1,7 +1,7 @@
 // Device and pinned-host memory for spyre tensors (docs/tensors.md).
 //
 // Both allocators cache. Device blocks come from the stream-aware block pools
-// of spyre_caching_allocator.h; pinned host blocks from ATen's caching host
+// of device/caching_allocator.h; pinned host blocks from ATen's caching host
 // allocator over the runtime's pinned memory. A block used by device work on a
 // stream other than its allocation stream (recordStream / recordPinnedUse) is
 // reused only after that work has finished.
@@ -17,6 +17,9 @@ namespace spyre {
 
 // The c10::DeviceAllocator registered for PrivateUse1.
 c10::Allocator* deviceAllocator();
+// deviceAllocator()->allocate(nbytes) on `device`, an index ensureDevice()
+// returned during this op: the launch path checks its device once per op.
+c10::DataPtr allocateOnCheckedDevice(size_t nbytes, c10::DeviceIndex device);
 // Keep the block behind `data_ptr` from being reused until the work launched
 // on `stream` so far has finished. Ignores pointers this allocator did not make.
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream);

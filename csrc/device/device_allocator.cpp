@@ -27,14 +27,7 @@ void freeDeviceBlock(void* context) {
 class SpyreDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
-    const c10::DeviceIndex device = ensureDevice(-1);
-    const c10::Device where(c10::DeviceType::PrivateUse1, device);
-    if (nbytes == 0) {
-      return {nullptr, nullptr, nullptr, where};  // as CUDA: no memory, no stats
-    }
-    runtimeContext();  // raises after free_runtime(), even when the cache could serve
-    DeviceBlock* block = theBlockPools().malloc(nbytes, device);
-    return {block->ptr, block, &freeDeviceBlock, where};
+    return allocateOnCheckedDevice(nbytes, ensureDevice(-1));
   }
 
   // copy_data is synchronous by contract: a D2D on the current stream, waited for.
@@ -103,6 +96,16 @@ void fork_gate::unlockDeviceAllocator() {
 
 c10::Allocator* deviceAllocator() {
   return &theDeviceAllocator();
+}
+
+c10::DataPtr allocateOnCheckedDevice(size_t nbytes, c10::DeviceIndex device) {
+  const c10::Device where(c10::DeviceType::PrivateUse1, device);
+  if (nbytes == 0) {
+    return {nullptr, nullptr, nullptr, where};  // as CUDA: no memory, no stats
+  }
+  runtimeContext();  // raises after free_runtime(), even when the cache could serve
+  DeviceBlock* block = theBlockPools().malloc(nbytes, device);
+  return {block->ptr, block, &freeDeviceBlock, where};
 }
 
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {

@@ -9,7 +9,7 @@
 
 namespace spyre::python {
 
-// torch.compile's kernels (torch_spyre/_inductor): called with the
+// torch.compile's kernels (torch_spyre/_compile): called with the
 // arguments inductor passes, queued on the current stream.
 void bindCompiledKernels(py::module_& m) {
   py::class_<CompiledKernel>(m, "_CompiledKernel")

@@ -280,12 +280,25 @@ void SpyreStream::launchD2D(const void* src, void* dst, size_t nbytes) const {
   resolveRuntimeHandle()->launchOperationD2D(&params);
 }
 
-void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size_t bytes) const {
+namespace {
+flex::ComputeParams computeParams(std::function<void()> fn, const char* name, size_t bytes) {
   flex::ComputeParams params;
   params.fn = std::move(fn);
   params.name = name != nullptr ? name : "compute";
   params.bytes = bytes;
-  resolveRuntimeHandle()->launchOperationCompute(&params);
+  return params;
+}
+}  // namespace
+
+// The closure is built for this one launch: the runtime takes it (moved).
+void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size_t bytes) const {
+  resolveRuntimeHandle()->launchOperationCompute(computeParams(std::move(fn), name, bytes));
+}
+
+void SpyreStream::launchComputeOnCheckedDevice(std::function<void()> fn, const char* name,
+                                               size_t bytes) const {
+  resolveCheckedRuntimeHandle()->launchOperationCompute(
+      computeParams(std::move(fn), name, bytes));
 }
 
 void SpyreStream::launchHostCallback(std::function<void()> fn, const char* name) const {

@@ -60,7 +60,7 @@
 
 namespace spyre {
 
-enum class SpyreStreamError : int;  // spyre_error.h
+enum class SpyreStreamError : int;  // runtime/error.h
 
 constexpr int kStreamsPerPool = 32;
 constexpr c10::StreamId kDefaultStreamId = 0;
@@ -102,6 +102,9 @@ class SpyreStream {
   // "no flex handle for stream id N" for an id the pool never mapped.
   // Inline (below): every launch resolves its stream.
   flex::RuntimeStream* resolveRuntimeHandle() const;
+  // The same without the device check, for a device ensureDevice() accepted
+  // during this op.
+  flex::RuntimeStream* resolveCheckedRuntimeHandle() const;
 
   // True iff all work launched on the stream has finished. Runtime errors
   // propagate unwrapped.
@@ -122,6 +125,10 @@ class SpyreStream {
                  std::function<void()> keep_alive = {}) const;
   void launchD2D(const void* src, void* dst, size_t nbytes) const;
   void launchCompute(std::function<void()> fn, const char* name, size_t bytes = 0) const;
+  // launchCompute for a stream whose device ensureDevice() accepted during
+  // this op (the launch path checks its device once per op).
+  void launchComputeOnCheckedDevice(std::function<void()> fn, const char* name,
+                                    size_t bytes = 0) const;
   void launchHostCallback(std::function<void()> fn, const char* name) const;
   void launchFill(void* device, size_t nbytes, double value, flex::DataFormats format) const;
   void launchDelay(double milliseconds) const;
@@ -208,6 +215,10 @@ inline c10::Stream makeSpyreStream(c10::DeviceIndex device, c10::StreamId id) {
 
 inline flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
   ensureDevice(device_index());  // first: raises in a forked child or for another device
+  return resolveCheckedRuntimeHandle();
+}
+
+inline flex::RuntimeStream* SpyreStream::resolveCheckedRuntimeHandle() const {
   const c10::StreamId stream_id = id();
   if (C10_LIKELY(stream_id >= 0 && stream_id < kMaxStreamIds)) {
     if (flex::RuntimeStream* cached = detail::tls_handle_cache[static_cast<size_t>(stream_id)]) {
@@ -219,6 +230,12 @@ inline flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
 
 inline SpyreStream getCurrentStream(c10::DeviceIndex device) {
   return SpyreStream(detail::makeSpyreStream(ensureDevice(device), detail::tls_current_stream_id));
+}
+
+// getCurrentStream for an index ensureDevice() returned during this op (the
+// launch path checks its device once per op).
+inline SpyreStream getCurrentStreamOfCheckedDevice(c10::DeviceIndex device) {
+  return SpyreStream(detail::makeSpyreStream(device, detail::tls_current_stream_id));
 }
 
 #ifdef SPYRE_LOCK_AUDIT

@@ -85,6 +85,8 @@ WRAP(_ZN4flex13RuntimeStream18launchOperationD2DEPKNS_9D2DParamsE, void,
      (RuntimeStream* self, const flex::D2DParams* p), (self, p))
 WRAP(_ZN4flex13RuntimeStream22launchOperationComputeEPKNS_13ComputeParamsE, void,
      (RuntimeStream* self, const flex::ComputeParams* p), (self, p))
+WRAP(_ZN4flex13RuntimeStream22launchOperationComputeEONS_13ComputeParamsE, void,
+     (RuntimeStream* self, flex::ComputeParams* p), (self, p))
 WRAP(_ZN4flex13RuntimeStream27launchOperationHostCallbackEPKNS_18HostCallbackParamsE, void,
      (RuntimeStream* self, const flex::HostCallbackParams* p), (self, p))
 WRAP(_ZN4flex13RuntimeStream9fillAsyncEPKNS_16CompositeAddressEdNS_11DataFormatsEb, void,

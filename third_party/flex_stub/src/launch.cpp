@@ -122,6 +122,16 @@ void RuntimeStream::launchOperationCompute(const ComputeParams* params) {
   impl_->enqueue(std::move(op));
 }
 
+void RuntimeStream::launchOperationCompute(ComputeParams&& params) {
+  requireFunction(params.fn, "launchOperationCompute", params.name);
+  Op op;
+  op.kind = OpKind::Compute;
+  op.bytes = params.bytes;
+  op.fn = std::move(params.fn);
+  if (detail::trace::enabled()) op.name = std::move(params.name);
+  impl_->enqueue(std::move(op));
+}
+
 void RuntimeStream::launchOperationHostCallback(const HostCallbackParams* params) {
   const HostCallbackParams& p = required(params, "launchOperationHostCallback");
   requireFunction(p.fn, "launchOperationHostCallback", p.name);

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -240,6 +241,24 @@ TEST(compute_runs_on_an_engine_thread) {
   stream->synchronize();
   CHECK(ran_on != std::thread::id());
   CHECK(ran_on != std::this_thread::get_id());
+}
+
+TEST(compute_taken_by_rvalue_moves_its_function) {
+  RuntimeStream* stream = util::context()->createStream();
+  auto token = std::make_shared<int>(7);
+  int seen = 0;
+  flex::ComputeParams params;
+  params.fn = [token, &seen] { seen = *token; };
+  params.name = "kernel";
+  CHECK(token.use_count() == 2);
+  stream->launchOperationCompute(std::move(params));
+  CHECK(!params.fn);              // NOLINT(bugprone-use-after-move): the runtime took it,
+  CHECK(token.use_count() <= 2);  // without a copy of the closure
+  stream->synchronize();
+  CHECK(seen == 7);
+  flex::ComputeParams no_fn;
+  no_fn.name = "matmul";
+  CHECK_THROWS_MSG(stream->launchOperationCompute(std::move(no_fn)), "'matmul' has no function");
 }
 
 TEST(host_callbacks_and_compute_keep_stream_order) {

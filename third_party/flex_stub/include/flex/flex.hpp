@@ -193,6 +193,9 @@ class RuntimeStream {
   void launchOperationD2H(const DmaParams* params);
   void launchOperationD2D(const D2DParams* params);
   void launchOperationCompute(const ComputeParams* params);
+  // The same, taking the function out of `params` (moved, not copied): the
+  // launch of a closure built for this one operation.
+  void launchOperationCompute(ComputeParams&& params);
   void launchOperationHostCallback(const HostCallbackParams* params);
   // Device-side fill of `dev` with `value` converted to `format`.
   void fillAsync(const CompositeAddress* dev, double value, DataFormats format,
