@@ -177,7 +177,7 @@ def test_forked_runs_exit_cleanly_beside_cpu_burners(name, tmp_path, cpu_burners
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(DRIVER))
     proc = subprocess.run([sys.executable, str(driver), str(script), str(RUNS)], cwd=tmp_path,
-                          env=clean_env(), capture_output=True, text=True, timeout=600 + 60 * RUNS)
+                          env=clean_env(), capture_output=True, text=True, timeout=900 + 300 * RUNS)
     assert proc.returncode == 0, proc.stderr
     statuses = json.loads(proc.stdout.splitlines()[-1])
     assert len(statuses) == RUNS

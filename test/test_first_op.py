@@ -13,7 +13,7 @@ from conftest import run_python
 
 COMPILER_STACK = ("torch._dynamo", "torch._inductor", "sympy")
 
-# Every first op: forward ops, an index, a data-dependent op and a backward
+# Every first op: forward ops, an index, a data-dependent op, a masked fill and a backward
 # through mm, relu, layer_norm and sum. Spyre's results are compared with
 # CPU's exactly; the CPU reference runs after the check of sys.modules.
 FIRST_OPS = f"""
@@ -41,6 +41,7 @@ def run(device):
         "sum_dim": x.sum(dim=0),
         "index": x[idx],
         "nonzero": torch.nonzero(x > 0.5),
+        "masked_fill": x.masked_fill(x > 0, 0.0),
     }}
     leaf = x.detach().requires_grad_()
     gamma = torch.ones(32).to(device).requires_grad_()
@@ -121,8 +122,10 @@ def test_first_op_behind_a_gate_returns_at_once():
         "torch.relu(torch.ones(3, dtype=torch.bool, device=d))",  # relu's own rule
         "torch.nn.functional.layer_norm(torch.randn(2, 3, device=d), (4,))",  # layer_norm's rule
         "torch.randn(2, 3, device=d).sum(dim=5)",  # at::meta::sum
+        "torch.randn(2, 3, device=d).masked_fill_(torch.ones(3, device=d), 0.0)",  # its rule
+        "torch.randn(2, 3, device=d).masked_fill_(torch.ones(4, device=d) > 0, 0.0)",
     ],
-    ids=["mm", "relu-bool", "layer_norm", "sum"],
+    ids=["mm", "relu-bool", "layer_norm", "sum", "masked_fill-mask-dtype", "masked_fill-shape"],
 )
 def test_meta_errors_are_cpus(expr):
     # A C++ meta kernel raises at the call what CPU's kernel raises, word for word.

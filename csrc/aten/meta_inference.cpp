@@ -12,6 +12,8 @@
 
 #include <ATen/MetaFunctions.h>
 #include <ATen/Operators.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/native/layer_norm.h>
@@ -37,6 +39,36 @@ at::Tensor reluMeta(const at::Tensor& self) {
 at::Tensor& reluMeta_(at::Tensor& self) {
   TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
   return at::meta::clamp_min_(self, 0);
+}
+
+// masked_fill_'s C++ meta kernel is not exported (nor are those of 18 other
+// in-place ops, which keep the Python one). CPU's masked_fill__cpu checks
+// these, then builds this TensorIterator (which checks the broadcast).
+at::Tensor& maskedFillMeta_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& /*value*/) {
+  TORCH_CHECK(mask.dtype() == at::ScalarType::Bool,
+              "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.dtype());
+  if (at::has_internal_overlap(self) == at::MemOverlap::Yes) {
+    TORCH_WARN(
+        "Use of masked_fill_ on expanded tensors is deprecated. "
+        "Please clone() the tensor before performing this operation. "
+        "This also applies to advanced indexing e.g. tensor[mask] = scalar");
+  }
+  at::assert_no_partial_overlap(self, mask);
+  at::TensorIteratorConfig()
+      .set_check_mem_overlap(false)
+      .check_all_same_dtype(false)
+      .resize_outputs(false)
+      .add_output(self)
+      .add_const_input(mask)
+      .build();
+  return self;
+}
+
+at::Tensor& maskedFillTensorMeta_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0,
+              "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  return maskedFillMeta_(self, mask, at::Scalar(0));
 }
 
 // native_layer_norm and its backward have no C++ meta kernel; their
@@ -99,6 +131,12 @@ const Table& cppMetaKernels() {
 #undef META_KERNEL
     add("aten::relu", "", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&reluMeta));
     add("aten::relu_", "", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&reluMeta_));
+    add("aten::masked_fill_", "Scalar",
+        c10::KernelFunction::makeFromUnboxedRuntimeFunction(
+            static_cast<at::_ops::masked_fill__Scalar::schema*>(&maskedFillMeta_)));
+    add("aten::masked_fill_", "Tensor",
+        c10::KernelFunction::makeFromUnboxedRuntimeFunction(
+            static_cast<at::_ops::masked_fill__Tensor::schema*>(&maskedFillTensorMeta_)));
     add("aten::native_layer_norm", "",
         c10::KernelFunction::makeFromUnboxedRuntimeFunction(
             static_cast<at::_ops::native_layer_norm::schema*>(&layerNormMeta)));

@@ -18,7 +18,7 @@ namespace spyre {
 // every Meta dispatch inside it (the op's and the ops its composite kernel
 // calls) uses, in order: the op's C++ Meta kernel (at::meta::, also where
 // Python replaced it); one written here for ops with no C++ meta kernel
-// (relu, native_layer_norm and its backward); the op's C++
+// (relu, masked_fill_, native_layer_norm and its backward); the op's C++
 // CompositeExplicitAutograd kernel; the Python meta kernel only for ops that
 // have none of these (~270, e.g. where.self, native_batch_norm, flip).
 void callMeta(const c10::OperatorHandle& op, torch::jit::Stack& stack);
