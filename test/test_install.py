@@ -111,6 +111,6 @@ def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path):
         f"where lib/{version}/site-packages/torch_spyre",
         "eager [[1.0, 3.0, 5.0], [7.0, 9.0, 11.0]]",
         "compiled [[0.0, 0.0, 0.0], [3.0, 6.0, 9.0]]",
-        "profiler ['CPU', 'PrivateUse1'] True",
+        "profiler ['CPU', 'SPYRE'] True",  # PrivateUse1 renamed to spyre
         "testing True True",
     ], proc.stderr
