@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check "torch==2.13.0" numpy
-python -m pip install --quiet --disable-pip-version-check ninja "pytest>=8" expecttest matplotlib
+python -m pip install --quiet --disable-pip-version-check ninja "pytest>=8" pytest-timeout expecttest matplotlib
 
 # True when torch_spyre is installed editable from this folder.
 installed_here() {

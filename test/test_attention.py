@@ -17,11 +17,7 @@ SPYRE = torch.device("spyre:0")
 FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"
 
 
-@pytest.fixture(autouse=True)
-def drained_device():
-    torch.spyre.synchronize()
-    yield
-    torch.spyre.synchronize()
+pytestmark = pytest.mark.usefixtures("drained_device")  # conftest.py
 
 
 def qkv(device, requires_grad=False):

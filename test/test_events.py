@@ -17,12 +17,7 @@ from torch_spyre.testing import Gate
 from conftest import run_python
 
 
-@pytest.fixture(autouse=True)
-def drained_device():
-    """Every test starts and ends with an idle device (a leaked gate would hang here)."""
-    torch.spyre.synchronize()
-    yield
-    torch.spyre.synchronize()
+pytestmark = pytest.mark.usefixtures("drained_device")  # conftest.py
 
 
 def spyre_full(value, size=(4,)):

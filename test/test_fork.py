@@ -78,11 +78,13 @@ def _forks_under_churn(forks, timeout):
     assert proc.stdout == "0 []\n", proc.stdout
 
 
+@pytest.mark.timeout(400)  # its own deadline is 300 s
 def test_fifty_forks_under_allocator_churn_never_hang():
     _forks_under_churn(50, timeout=300)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1000)  # its own deadline is 900 s
 def test_five_hundred_forks_under_allocator_churn_never_hang():
     _forks_under_churn(500, timeout=900)
 
@@ -130,6 +132,7 @@ print(len(hung), hung[:10])
 """
 
 
+@pytest.mark.timeout(700)  # its own deadline is 600 s
 def test_forked_children_seed_while_parent_threads_draw():
     # Parent threads hold the default generator's lock while they draw.
     proc = run_python(SEEDING_UNDER_DRAWS.format(forks=100), timeout=600)

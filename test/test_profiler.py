@@ -13,6 +13,7 @@ import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+from _helpers import wait_until
 from conftest import run_python
 from torch_spyre.testing import Gate
 
@@ -24,8 +25,7 @@ KINETO_LINE = re.compile(r"^USDT:.* profiler_(start|stop)$")
 
 def wait_until_blocked(gate, count):
     # Parking is asynchronous: poll the state, no fixed sleep.
-    while gate.blocked_streams < count:
-        pass
+    wait_until(lambda: gate.blocked_streams >= count, what=f"{count} streams blocked at the gate")
 
 
 def load_trace(prof, tmp_path, name="trace.json"):
