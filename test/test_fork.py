@@ -17,7 +17,7 @@ FORKS_UNDER_CHURN = """
 import os, signal, threading, torch
 
 FORKS = {forks}
-CHILD_SECONDS = 10  # a child normally exits in milliseconds
+CHILD_SECONDS = 60  # a child normally exits in milliseconds; 60 s: even on a busy machine
 
 stop = threading.Event()
 rounds = [0, 0]
@@ -111,7 +111,7 @@ for i in range({forks}):
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.alarm(10)
+        signal.alarm(60)  # it exits in milliseconds; 60 s: even on a busy machine
         torch.manual_seed(i)        # what a DataLoader worker does (skips spyre in a bad fork)
         torch.spyre.manual_seed(i)  # the spyre generators live on the host: usable here
         state = torch.spyre.get_rng_state()
