@@ -36,7 +36,7 @@ DEVICE_ENV = (
 )
 
 # Variables read only once the runtime starts (or later), never at `import torch`: a child of the
-# fork server may set them. Any other difference from the server's environment (OMP_*, GOMP_*,
+# fork server may set them (or unset them). Any other difference from the server's environment (OMP_*, GOMP_*,
 # TORCH_DEVICE_BACKEND_AUTOLOAD, PYTHONPATH, ...) takes effect at import and needs a fresh interpreter.
 RUNTIME_ENV = frozenset({
     "SPYRE_DEVICES",
@@ -55,6 +55,9 @@ RUNTIME_ENV = frozenset({
     "SPYRECCL_STAGING",
     "SPYRECCL_CHECK",
     "PYTEST_CURRENT_TEST",
+    # Set in this process by inductor once it compiled, read when it compiles.
+    "TORCHINDUCTOR_CACHE_DIR",
+    "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
 })
 
 

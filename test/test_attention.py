@@ -106,6 +106,7 @@ def test_an_attention_mask_gives_cpus_result():
     assert torch.equal(out.cpu(), expected)
 
 
+@pytest.mark.slow  # an inductor compile (a C++ compiler subprocess); test_compile.py covers compiling
 def test_compiled_attention_keeps_the_flash_kernel():
     dq, dk, dv = qkv(SPYRE)
     torch._dynamo.reset()

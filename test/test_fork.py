@@ -78,6 +78,11 @@ def _forks_under_churn(forks, timeout):
     assert proc.stdout == "0 []\n", proc.stdout
 
 
+def test_ten_forks_under_allocator_churn_never_hang():
+    _forks_under_churn(10, timeout=120)
+
+
+@pytest.mark.slow  # repeat-N stress
 @pytest.mark.timeout(400)  # its own deadline is 300 s
 def test_fifty_forks_under_allocator_churn_never_hang():
     _forks_under_churn(50, timeout=300)
@@ -133,9 +138,10 @@ print(len(hung), hung[:10])
 
 
 @pytest.mark.timeout(700)  # its own deadline is 600 s
-def test_forked_children_seed_while_parent_threads_draw():
+@pytest.mark.parametrize("forks", [10, pytest.param(100, marks=pytest.mark.slow)])  # 100: stress
+def test_forked_children_seed_while_parent_threads_draw(forks):
     # Parent threads hold the default generator's lock while they draw.
-    proc = run_python(SEEDING_UNDER_DRAWS.format(forks=100), timeout=600)
+    proc = run_python(SEEDING_UNDER_DRAWS.format(forks=forks), timeout=600)
     assert proc.stdout == "0 []\n", proc.stdout
 
 

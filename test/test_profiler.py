@@ -136,17 +136,18 @@ def test_export_memory_timeline_follows_spyre_allocations(tmp_path):
 def test_sleep_device_time_reads_5_ms_in_the_table():
     torch.spyre.synchronize()
     with profile(activities=ACTIVITIES) as prof:
-        for _ in range(3):
+        for _ in range(10):
             torch.spyre._sleep(5)
             torch.spyre.synchronize()
     rows = {e.key: e for e in prof.key_averages()}
-    assert rows["delay"].count == rows["spyre::_sleep"].count == 3
+    assert rows["delay"].count == rows["spyre::_sleep"].count == 10
     # The sleeps' device time is their delays' (each delay links to its op).
     assert rows["spyre::_sleep"].device_time_total == pytest.approx(rows["delay"].device_time_total)
     assert rows["delay"].self_device_time_total == rows["delay"].device_time_total
-    # The emulated device sleeps: a loaded host may wake it late, so the best of three.
+    # The emulated device sleeps: a loaded host may wake it late (10 ms was seen at load
+    # average 25 on 2 cores), so the best of ten, below the 10 ms a delay counted twice reads.
     best = min(e.device_time_total for e in prof.events() if e.name == "delay")
-    assert 4500 <= best <= 5500
+    assert 4500 <= best <= 7500
     table = prof.key_averages().table(sort_by="device_time_total", row_limit=3)
     first_row = table.splitlines()[3]
     assert first_row.split()[0] in ("spyre::_sleep", "delay")
