@@ -92,7 +92,9 @@ def test_legacy_profiler_prints_nothing_and_every_time_is_positive():
     # Device time between the records at the op's entry and exit: the 5 ms
     # delay (plus the host's launch gap); the range also spans its own entry.
     assert 5000 <= device_us["spyre::_sleep"] <= device_us["nap"]
-    assert device_us["spyre::_sleep"] < 7500
+    # One run, so room for a late wake-up on a busy machine (12 ms was seen at load average 22
+    # on 2 cores); a range that spanned more than the op would read far more.
+    assert device_us["spyre::_sleep"] < 25000
     assert "-" not in re.sub(r"-{3,}", "", json.loads(proc.stdout.splitlines()[1]))
 
 
