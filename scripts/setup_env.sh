@@ -10,7 +10,7 @@ python -m pip install --quiet --disable-pip-version-check "torch==2.13.0" numpy
 # The build's own requirements (pyproject.toml's build-system.requires), installed
 # explicitly: the builds below use --no-build-isolation.
 python -m pip install --quiet --disable-pip-version-check "setuptools>=64" wheel
-python -m pip install --quiet --disable-pip-version-check ninja "pytest>=8" expecttest matplotlib
+python -m pip install --quiet --disable-pip-version-check ninja "pytest>=8" pytest-timeout expecttest matplotlib
 
 # True when torch_spyre is installed editable from this folder.
 installed_here() {

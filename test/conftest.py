@@ -1,11 +1,17 @@
-"""Shared helpers. The runtime binds one device once per process, so anything
-that depends on how the runtime starts runs in a fresh interpreter."""
+"""Shared helpers and fixtures. The runtime binds one device once per process,
+so anything that depends on how the runtime starts runs in a fresh process
+(`run_python`); waits in tests have deadlines (`_helpers.wait_until`)."""
 
+import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -29,29 +35,232 @@ DEVICE_ENV = (
     "GOMP_CPU_AFFINITY",
 )
 
+# Variables read only once the runtime starts (or later), never at `import torch`: a child of the
+# fork server may set them (or unset them). Any other difference from the server's environment (OMP_*, GOMP_*,
+# TORCH_DEVICE_BACKEND_AUTOLOAD, PYTHONPATH, ...) takes effect at import and needs a fresh interpreter.
+RUNTIME_ENV = frozenset({
+    "SPYRE_DEVICES",
+    "AIU_WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "LOCAL_RANK",
+    "FLEX_STUB_CARDS",
+    "FLEX_STUB_ENGINES",
+    "FLEX_STUB_DMA_GBPS",
+    "FLEX_STUB_DMA_ENGINES",
+    "FLEX_STUB_MEMORY_BYTES",
+    "FLEX_STUB_FAULT_AFTER",
+    "FLEX_STUB_TRACE",
+    "SPYRE_PIN_ENGINE_TEAMS",
+    "TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS",
+    "SPYRECCL_STAGING",
+    "SPYRECCL_CHECK",
+    "PYTEST_CURRENT_TEST",
+    # Set in this process by inductor once it compiled, read when it compiles.
+    "TORCHINDUCTOR_CACHE_DIR",
+    "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+})
 
-def run_python(code, env=None, timeout=120, check=True):
-    """Run `code` in a fresh interpreter (cwd: an empty temp dir).
 
-    Returns the CompletedProcess; with check=True a non-zero exit fails the
-    test showing stdout and stderr.
-    """
+def _child_env(env):
     full_env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
     full_env.update(env or {})
+    return full_env
+
+
+def _fail_with_output(what, stdout, stderr):
+    pytest.fail(f"{what}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
+
+
+class _ForkServer:
+    """An interpreter that has imported torch (and so torch_spyre) but not started the runtime,
+    forked once per run_python call (test/_forkserver.py): the child skips `import torch`."""
+
+    def __init__(self):
+        self.env = _child_env(None)
+        self.lock = threading.Lock()
+        self.dir = tempfile.mkdtemp(prefix="spyre-forkserver-")
+        request_r, self.request_w = os.pipe()
+        self.reply_r, reply_w = os.pipe()
+        source = open(os.path.join(os.path.dirname(__file__), "_forkserver.py")).read()
+        log = open(os.path.join(self.dir, "server.log"), "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", source, str(request_r), str(reply_w)],
+            cwd=self.dir, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            pass_fds=(request_r, reply_w))
+        log.close()
+        os.close(request_r)
+        os.close(reply_w)
+        self.replies = b""
+        self.ok = self._reply(time.monotonic() + 120) == "ready"  # False: the server failed
+        self.started = self.ok
+
+    def _reply(self, deadline):
+        """The next reply line, or None when the deadline passed or the server is gone."""
+        while b"\n" not in self.replies:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.reply_r], [], [], left)[0]:
+                return None
+            chunk = os.read(self.reply_r, 4096)
+            if not chunk:
+                self.ok = False
+                return None
+            self.replies += chunk
+        line, self.replies = self.replies.split(b"\n", 1)
+        return line.decode()
+
+    def import_time_differences(self, env):
+        """The variables of `env` that differ from the server's and may act at import."""
+        return sorted(k for k in env.keys() | self.env.keys()
+                      if k not in RUNTIME_ENV and env.get(k) != self.env.get(k))
+
+    def run(self, code, env, cwd, timeout):
+        """(returncode, stdout, stderr, timed_out); None when the server failed to fork."""
+        out = os.path.join(self.dir, "stdout")
+        err = os.path.join(self.dir, "stderr")
+        request = json.dumps({"code": code, "env": env, "cwd": cwd, "stdout": out, "stderr": err})
+        os.write(self.request_w, request.encode() + b"\n")
+        pid = self._reply(time.monotonic() + 60)
+        if pid is None:
+            self.ok = False
+            return None
+        pid = int(pid)
+        status = self._reply(time.monotonic() + timeout)
+        timed_out = status is None and self.ok
+        if timed_out:
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    kill()
+                except OSError:
+                    pass
+            status = self._reply(time.monotonic() + 60)
+        if status is None:
+            self.ok = False
+            status = "-9"
+        with open(out, errors="replace") as f_out, open(err, errors="replace") as f_err:
+            return int(status), f_out.read(), f_err.read(), timed_out
+
+    def close(self):
+        os.close(self.request_w)  # the server exits on end of input
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self.reply_r)
+
+
+_server = None
+_server_lock = threading.Lock()
+# How run_python ran its code: {"fork server": n, "fresh: <why>": n}, reported after the run.
+_runs = {}
+
+
+def _count(how):
+    with _server_lock:
+        _runs[how] = _runs.get(how, 0) + 1
+
+
+def _fork_server():
+    global _server
+    with _server_lock:
+        # A test changed this process's environment (os.environ) since the server started: start
+        # one with the new environment.
+        changed = _server.import_time_differences(_child_env(None)) if _server else None
+        if changed and _server.ok:
+            _server.close()
+            _server = None
+            _runs[f"server restarted ({','.join(changed)})"] = _runs.get(
+                f"server restarted ({','.join(changed)})", 0) + 1
+        if _server is None or not _server.ok:
+            if _server is not None:
+                _server.close()
+                if not _server.started:
+                    return None  # it never started: fresh interpreters from here on
+            _server = _ForkServer()
+        return _server
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _server is not None:
+        _server.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _runs:
+        runs = ", ".join(f"{how}: {n}" for how, n in sorted(_runs.items()))
+        terminalreporter.write_line(f"run_python: {runs}")
+
+
+def run_python(code, env=None, timeout=120, check=True, fresh=False):
+    """Run `code` as `python -c` would, in a new process (cwd: an empty temp dir).
+
+    The process is a fork of an interpreter that has imported torch but not started the
+    runtime, or with fresh=True (or an environment that acts at import) a fresh interpreter.
+    Returns a CompletedProcess with stdout and stderr; with check=True a non-zero exit fails the
+    test showing both; a timeout kills it (and what it started) and fails the test showing both.
+    """
+    code = textwrap.dedent(code)
+    full_env = _child_env(env)
+    args = [sys.executable, "-c", code]
     with tempfile.TemporaryDirectory() as cwd:
-        proc = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            cwd=cwd,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    if check and proc.returncode != 0:
-        pytest.fail(
-            f"subprocess exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-        )
-    return proc
+        result = None
+        why = "asked"
+        if not fresh:
+            server = _fork_server()
+            differences = server.import_time_differences(full_env) if server else ["no server"]
+            why = ",".join(differences)
+            if not differences and server.lock.acquire(timeout=timeout):
+                try:
+                    result = server.run(code, full_env, cwd, timeout)
+                finally:
+                    server.lock.release()
+                why = "server failed" if result is None else None
+        _count("fork server" if why is None else f"fresh ({why})")
+        if result is None:
+            try:
+                proc = subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True,
+                                      timeout=timeout)
+                result = proc.returncode, proc.stdout, proc.stderr, False
+            except subprocess.TimeoutExpired as e:
+                decode = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+                result = None, decode(e.stdout), decode(e.stderr), True
+    returncode, stdout, stderr, timed_out = result
+    if timed_out:
+        _fail_with_output(f"subprocess timed out after {timeout} s", stdout, stderr)
+    if check and returncode != 0:
+        _fail_with_output(f"subprocess exited {returncode}", stdout, stderr)
+    return subprocess.CompletedProcess(args, returncode, stdout, stderr)
+
+
+@pytest.fixture
+def drained_device():
+    """The test starts with no device work pending and nothing cached, and ends with no device
+    work pending (a gate left closed would hang here: the per-test timeout ends it)."""
+    import torch
+
+    torch.spyre.synchronize()
+    torch.accelerator.empty_cache()
+    yield
+    torch.spyre.synchronize()
+
+
+@pytest.fixture
+def empty_device():
+    """The test starts with no device memory held or cached and fresh accumulated stats,
+    whatever ran before it: gc.collect() first frees the spyre tensors that reference cycles
+    (tracebacks, optimizers) of earlier tests still hold."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.spyre.synchronize()
+    torch.accelerator.empty_cache()
+    torch.accelerator.empty_host_cache()
+    assert torch.accelerator.memory_reserved() == 0, "a spyre tensor outlived its test"
+    torch.accelerator.reset_accumulated_memory_stats()
+    yield
+    torch.spyre.synchronize()
+    torch.accelerator.empty_cache()
 
 
 # The test process itself runs with no device variables set: it binds device 0.

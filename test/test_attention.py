@@ -17,11 +17,7 @@ SPYRE = torch.device("spyre:0")
 FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"
 
 
-@pytest.fixture(autouse=True)
-def drained_device():
-    torch.spyre.synchronize()
-    yield
-    torch.spyre.synchronize()
+pytestmark = pytest.mark.usefixtures("drained_device")  # conftest.py
 
 
 def qkv(device, requires_grad=False):
@@ -110,6 +106,7 @@ def test_an_attention_mask_gives_cpus_result():
     assert torch.equal(out.cpu(), expected)
 
 
+@pytest.mark.slow  # an inductor compile (a C++ compiler subprocess); test_compile.py covers compiling
 def test_compiled_attention_keeps_the_flash_kernel():
     dq, dk, dv = qkv(SPYRE)
     torch._dynamo.reset()

@@ -1,7 +1,6 @@
 """Issue 17: torch.autocast("spyre") with CUDA's op-level casting policy, and
 torch.amp.GradScaler("spyre")."""
 
-import gc
 import warnings
 
 import pytest
@@ -10,14 +9,6 @@ import torch.nn.functional as F
 from torch import nn
 
 LOW = [torch.bfloat16, torch.float16]
-
-
-@pytest.fixture(autouse=True)
-def _free_device_memory():
-    """Later tests (test_tensors.py) expect no device memory held: collect the
-    cycles that tracebacks and optimizers leave around spyre tensors."""
-    yield
-    gc.collect()
 
 
 def spyre_autocast(dtype):

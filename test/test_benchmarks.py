@@ -47,6 +47,7 @@ ROWS = {
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(700)  # its own deadline is 600 s
 def test_quick_run_reports_every_row_and_idle_syncs_enqueue_nothing(tmp_path):
     results = tmp_path / "results.json"
     env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}

@@ -8,7 +8,6 @@ are the CPU backend's code, so compiled spyre == compiled CPU exactly.
 
 import copy
 import threading
-import time
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ from torch._inductor.utils import run_and_get_code
 from torch_spyre import _C
 from torch_spyre.testing import Gate, completed_ops, launched_ops
 
+from _helpers import wait_until
 from conftest import run_python
 
 SPYRE = torch.device("spyre:0")
@@ -147,8 +147,7 @@ def test_synchronize_inside_a_graph_waits_for_the_device(sync):
         gate.block(side)
         caller = threading.Thread(target=lambda: results.append(compiled(x)))
         caller.start()
-        while _C._threads_in_host_waits() < 1:  # the graph's synchronize is waiting
-            time.sleep(0.001)
+        wait_until(lambda: _C._threads_in_host_waits() >= 1, what="the graph's synchronize to wait")
         assert caller.is_alive() and results == []
     caller.join(timeout=30)
     assert torch.equal(results[0].cpu(), torch.arange(4.0).sin() + 1)
@@ -315,7 +314,8 @@ def test_import_torch_does_not_import_dynamo_or_inductor():
     out = run_python(
         "import sys, torch\n"
         "torch.ones(1, device='spyre')\n"
-        "print('torch._dynamo' in sys.modules, 'torch._inductor' in sys.modules)\n"
+        "print('torch._dynamo' in sys.modules, 'torch._inductor' in sys.modules)\n",
+        fresh=True,  # the fork server has imported dynamo
     )
     assert out.stdout.strip() == "False False"
 
@@ -324,6 +324,7 @@ def test_dynamo_imported_first_still_knows_spyre():
     out = run_python(
         "import torch._dynamo\n"
         "from torch._dynamo.device_interface import get_interface_for_device\n"
-        "print(get_interface_for_device('spyre').__name__)\n"
+        "print(get_interface_for_device('spyre').__name__)\n",
+        fresh=True,  # dynamo first: the fork server has imported both
     )
     assert out.stdout.strip() == "SpyreInterface"

@@ -13,7 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from test_distributed import NPROC, PRELUDE, rank_results, torchrun
+from _helpers import NPROC, PRELUDE, rank_results, torchrun
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # torchrun jobs (deadline: 300 s each)
 
 STEPS = 3
 BATCH = 4  # per rank

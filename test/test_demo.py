@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DEVICE_ENV
 
-pytestmark = pytest.mark.slow  # runs the whole demo
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # runs the whole demo (its deadline: 300 s)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "examples", "streams_demo.py")

@@ -5,88 +5,15 @@ Each test launches `python -m torch.distributed.run --standalone
 rank<N>.json and the test checks exact values for both ranks.
 """
 
-import json
-import os
 import re
-import signal
-import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
-from conftest import DEVICE_ENV
-
-ROOT = Path(__file__).resolve().parent.parent
-NPROC = 2
-
-
-def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=("--standalone",)):
-    """Run `script` under torchrun with NPROC ranks (cwd and OUT_DIR: tmp_path)."""
-    path = tmp_path / "worker.py"
-    path.write_text(textwrap.dedent(script))
-    full_env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
-    full_env.update(OUT_DIR=str(tmp_path), **(env or {}))
-    cmd = [sys.executable, "-m", "torch.distributed.run", *launcher_args,
-           f"--nproc-per-node={NPROC}", str(path)]
-    # A session of its own, so a hang kills the launcher and its agent together.
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=full_env, text=True, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        kill_workers(path)  # before reading: a live worker holds the pipes open
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"torchrun timed out after {timeout} s\n"
-                    f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
-    result = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-    if check and result.returncode != 0:
-        pytest.fail(f"torchrun exited {result.returncode}\n"
-                    f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
-    return result
-
-
-def kill_workers(script):
-    """torchrun starts each worker in a session of its own, so killing the
-    launcher's leaves them running: find them by the script they run."""
-    needle = str(script).encode()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass  # gone already, or not ours to read
-
-
-def rank_results(tmp_path):
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(NPROC)]
-
-
-# Shared by the worker scripts: record values, errors and the per-rank output.
-PRELUDE = """
-import json, os, threading
-import torch
-import torch.distributed as dist
-
-LOCAL_RANK = int(os.environ["LOCAL_RANK"])
-out = {}
-
-def error(fn):
-    try:
-        fn()
-    except Exception as e:
-        return [type(e).__name__, str(e)]
-    return None
-
-def save():
-    rank = int(os.environ["RANK"])
-    with open(os.path.join(os.environ["OUT_DIR"], f"rank{rank}.json"), "w") as f:
-        json.dump(out, f)
-"""
+from _helpers import (  # noqa: F401  (re-exported: other files import them from here)
+    NPROC, PRELUDE, ROOT, kill_workers, rank_results, torchrun)
 
 
 # ---------------------------------------------------------------- registration
@@ -330,7 +257,8 @@ save()
 
 # Both ways spyreccl hands spyre tensors to gloo (docs/distributed.md,
 # "Streams"): host views of their memory (the default) and staged copies.
-@pytest.fixture(scope="module", params=["direct", "staging"])
+# The direct path's job is the distributed layer's one job in the inner tier.
+@pytest.fixture(scope="module", params=["direct", pytest.param("staging", marks=pytest.mark.slow)])
 def collectives(request, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp(f"collectives-{request.param}")
     torchrun(tmp_path, COLLECTIVES, env={"SPYRECCL_STAGING": str(int(request.param == "staging"))})
@@ -584,6 +512,7 @@ def test_errors_propagate(collectives):
 # ---------------------------------------------------------------- explicit backend strings
 
 
+@pytest.mark.slow  # a torchrun job
 def test_explicit_backend_string_device_id_and_subgroup(tmp_path):
     torchrun(
         tmp_path,
@@ -615,6 +544,7 @@ def test_explicit_backend_string_device_id_and_subgroup(tmp_path):
     assert both(results, "subgroup") == [["ProcessGroupSpyreCCL", "spyreccl", [30.0]]] * 2
 
 
+@pytest.mark.slow  # a torchrun job
 def test_get_backend_names_spyreccl_when_asked_for_by_name(tmp_path):
     # get_backend() returns the string given to init_process_group (torch 2.13
     # keeps it in _world.pg_map): "spyreccl" here, "undefined" for no backend
@@ -644,6 +574,7 @@ def test_get_backend_names_spyreccl_when_asked_for_by_name(tmp_path):
 # ---------------------------------------------------------------- demo and failure
 
 
+@pytest.mark.slow  # a torchrun job
 def test_torchrun_demo(tmp_path):
     proc = torchrun(tmp_path, (ROOT / "examples" / "torchrun_demo.py").read_text())
     losses = {0: [], 1: []}
@@ -667,6 +598,7 @@ def test_torchrun_demo(tmp_path):
     assert losses[0] != losses[1]  # yet each rank saw its own data
 
 
+@pytest.mark.slow  # a torchrun job
 def test_local_rank_beyond_the_visible_devices_fails_clearly(tmp_path):
     proc = torchrun(
         tmp_path,

@@ -16,7 +16,9 @@ import textwrap
 import pytest
 
 from conftest import DEVICE_ENV
-from test_distributed import NPROC, PRELUDE, rank_results, torchrun
+from _helpers import NPROC, PRELUDE, rank_results, torchrun
+
+pytestmark = pytest.mark.slow  # torchrun jobs
 
 PG_TIMEOUT = 30  # seconds
 
@@ -33,9 +35,11 @@ def test_a_rank_dying_mid_collective_fails_the_others_clearly(tmp_path):
         r = dist.get_rank()
         t = torch.ones(4, device="spyre")
         dist.all_reduce(t)  # both ranks are alive here
+        store = dist.distributed_c10d._get_default_store()
         if r == 1:
-            time.sleep(1.0)  # rank 0 is inside the next all_reduce by now
-            os._exit(0)      # dies without joining it
+            store.wait(["rank0 enters"])  # rank 0 is at the next all_reduce
+            os._exit(0)                   # dies without joining it
+        store.set("rank0 enters", "1")
         start = time.monotonic()
         out["error"] = error(lambda: dist.all_reduce(t))
         out["seconds"] = time.monotonic() - start
@@ -384,6 +388,7 @@ save()
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)  # its own deadline is 300 s
 def test_two_nodes_of_two_ranks_train_ddp_across_four_ranks(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

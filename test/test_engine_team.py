@@ -132,7 +132,26 @@ atexit.register(busy.kill)  # a failed assertion must not leave it running
 BOTH = [CORES[0], CORES[1]]
 
 
-def test_a_team_sharing_a_core_with_a_busy_neighbour_is_released_and_pinned_again_later():
+def test_a_team_sharing_a_core_with_a_busy_neighbour_is_released():
+    # More load than the neighbour only releases it sooner.
+    body = NEIGHBOUR + """
+compute_until(lambda cpus: cpus == [])
+print("released")
+"""
+    lines = run_python(REPORT + body).stdout.splitlines()
+    assert lines == [f"start {BOTH}", "released"]
+
+
+def machine_load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def test_a_released_team_is_pinned_again_once_its_cores_are_free():
+    # Re-pinning needs cores no other program keeps busy: on a busy machine the
+    # team stays released (that is the design), so there is nothing to observe.
+    if machine_load() > 1.5:
+        pytest.skip(f"the machine is busy (load average {machine_load()}): no core is free")
     body = NEIGHBOUR + f"""
 compute_until(lambda cpus: cpus == [])
 print("released")
@@ -147,13 +166,24 @@ print("pinned again")
 
 def test_a_team_pinned_always_is_not_released():
     # 50 matmuls under the neighbour: the default would release the team
-    # after its first 25 ms window.
+    # after its first 25 ms window. What is deterministic: every thread pinned
+    # at the start keeps its core. (On a busy machine another engine may run
+    # some of the matmuls and pin a team of its own: not asserted.)
     body = NEIGHBOUR + """
+def pinned_threads():
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        cpus = sorted(os.sched_getaffinity(int(tid)))
+        if int(tid) != os.getpid() and len(cpus) == 1:
+            threads[tid] = cpus[0]
+    return threads
+first = pinned_threads()
 compute(50)
-print("still", team_pinned())
+later = pinned_threads()
+print("kept", sorted(first.values()), all(later.get(tid) == cpu for tid, cpu in first.items()))
 """
     lines = run_python(REPORT + body, env=PIN).stdout.splitlines()
-    assert lines == [f"start {BOTH}", f"still {BOTH}"]
+    assert lines == [f"start {BOTH}", f"kept {BOTH} True"]
 
 
 def test_a_bad_setting_raises_at_every_launch_and_names_the_value():

@@ -17,12 +17,7 @@ from torch_spyre.testing import Gate
 from conftest import run_python
 
 
-@pytest.fixture(autouse=True)
-def drained_device():
-    """Every test starts and ends with an idle device (a leaked gate would hang here)."""
-    torch.spyre.synchronize()
-    yield
-    torch.spyre.synchronize()
+pytestmark = pytest.mark.usefixtures("drained_device")  # conftest.py
 
 
 def spyre_full(value, size=(4,)):
@@ -351,7 +346,9 @@ def test_elapsed_time_around_device_sleep():
         end.record()
     end.synchronize()
     ms = start.elapsed_time(end)
-    assert 290 <= ms <= 400, ms
+    # At least the sleep; the bound above leaves room for a late wake-up on a busy machine
+    # (an engine waiting 100 ms and more for a core) and still catches a sleep counted twice.
+    assert 290 <= ms <= 550, ms
     assert end.elapsed_time(start) == pytest.approx(-ms)  # signed, as on CUDA
 
 
@@ -380,7 +377,8 @@ def test_elapsed_time_is_device_time_not_host_time():
         time.sleep(0.2)  # host time, measured not to appear in the result
         gate.release()
         end.synchronize()
-    assert 90 <= start.elapsed_time(end) <= 190
+    # 300 ms and more if the host's 200 ms counted; slack for a late wake-up on a busy machine.
+    assert 90 <= start.elapsed_time(end) < 290
 
 
 @pytest.mark.parametrize("timing", [(False, False), (True, False), (False, True)])

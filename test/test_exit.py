@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from _helpers import WAIT_UNTIL
 from conftest import run_python
 
 # Exiting never waits for queued device work: 60 s of queued work must not
@@ -25,9 +26,8 @@ from torch_spyre.testing import Gate
 def wait_for_waiters(n):
     # Observable: n threads are inside a runtime wait (none can return to
     # Python before it completes, whatever the exit does).
-    while _C._threads_in_host_waits() < n:
-        time.sleep(0.001)
-"""
+    wait_until(lambda: _C._threads_in_host_waits() >= n, what=f"{n} threads in host waits")
+""" + WAIT_UNTIL
 
 EPILOGUE = """
 print(time.monotonic(), flush=True)
@@ -112,8 +112,7 @@ SCENARIOS = {
                  blocking_copy, torch.accelerator.synchronize]
         threads = [threading.Thread(target=w, daemon=True) for w in waits]
         [t.start() for t in threads]
-        while gate.blocked_streams < 5:
-            time.sleep(0.001)
+        wait_until(lambda: gate.blocked_streams >= 5, what="5 streams at the gate")
         wait_for_waiters(5)
         assert all(t.is_alive() for t in threads)
     """,
@@ -176,8 +175,7 @@ s = torch.spyre.Stream()
 gate = Gate()
 gate.block(s)
 def quit():
-    while gate.blocked_streams < 1:
-        time.sleep(0.001)
+    wait_until(lambda: gate.blocked_streams >= 1, what="s to block at the gate")
     print(time.monotonic(), flush=True)
     import os; os._exit(0)
 threading.Thread(target=quit).start()

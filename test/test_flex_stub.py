@@ -1,15 +1,19 @@
 """C++ unit tests of libflex_stub.so (third_party/flex_stub/tests).
 
 A module-scoped fixture builds the test binary against the library (the
-installed one, or a fresh build when the sources are newer); each C++ test then runs in its own process, since
-the runtime binds one context per process and reads its environment when the
-context is created.
+installed one, or a build in build/ when the sources are newer) into
+build/flex_stub_tests/<hash of its sources and flags>/, and reuses it while
+those sources did not change; each C++ test then runs in its own process,
+since the runtime binds one context per process and reads its environment when
+the context is created.
 """
 
+import hashlib
 import importlib.util
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -30,15 +34,18 @@ TEST_NAMES = [
 CXX_FLAGS = ["-std=c++17", "-O0", "-g", "-pthread", "-Wall", "-Wextra"]  # -O0: fastest to build
 
 
-def stub_library(tmp_dir):
+CACHE = ROOT / "build" / "flex_stub_tests"
+
+
+def stub_library():
     """The installed package's libflex_stub.so when it is newer than the stub's
-    sources (what users run), else a fresh build of those sources."""
+    sources (what users run), else a build of those sources in build/ (incremental)."""
     spec = importlib.util.find_spec("torch_spyre")
     if spec is not None and spec.submodule_search_locations:
         installed = pathlib.Path(spec.submodule_search_locations[0]) / flex_stub_build.LIBRARY
         if installed.exists() and installed.stat().st_mtime >= flex_stub_build.newest_input_mtime():
             return installed
-    return pathlib.Path(flex_stub_build.build_flex_stub(str(tmp_dir), str(tmp_dir / "build")))
+    return pathlib.Path(flex_stub_build.build_flex_stub(str(CACHE / "lib"), str(CACHE / "lib")))
 
 
 def run_checked(command):
@@ -47,10 +54,25 @@ def run_checked(command):
         pytest.fail(f"{' '.join(map(str, command))} failed:\n{proc.stdout}\n{proc.stderr}")
 
 
+def binary_key(library):
+    """What the binary is built from: the test sources, the headers they include, the flags and
+    the library it links (it loads that file at run time: a rebuilt library needs no relink)."""
+    digest = hashlib.sha256(repr((CXX_FLAGS, str(library))).encode())
+    inputs = [*TEST_SOURCES, *sorted((STUB / "tests").glob("*.hpp")), STUB / "tests" / "main.cpp",
+              *sorted((STUB / "include" / "flex").glob("*"))]
+    for path in inputs:
+        digest.update(str(path.relative_to(STUB)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="module")
-def test_binary(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("flex_stub")
-    library = stub_library(out_dir)
+def test_binary():
+    library = stub_library()
+    cached = CACHE / binary_key(library) / "flex_stub_tests"
+    if cached.exists():
+        return cached
+    out_dir = CACHE / f"building-{os.getpid()}"
+    out_dir.mkdir(parents=True, exist_ok=True)
     objects = []
     compile_commands = []
     for source in [*TEST_SOURCES, STUB / "tests" / "main.cpp"]:
@@ -64,7 +86,10 @@ def test_binary(tmp_path_factory):
     run_checked(
         ["g++", "-pthread", *objects, library, f"-Wl,-rpath,{library.parent}", "-o", binary]
     )
-    return binary
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(binary, cached)  # atomic: a concurrent run sees the whole binary or none
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return cached
 
 
 def test_names_match_the_binary(test_binary):

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from test_ddp import BATCH, LR, STEPS, make_data, make_model, reference, source
-from test_distributed import NPROC, PRELUDE, rank_results, torchrun
+from _helpers import NPROC, PRELUDE, rank_results, torchrun
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # a torchrun job (deadline: 300 s)
 
 WORKER = """
 from torch import nn

@@ -4,6 +4,7 @@ import glob
 import os
 import re
 import subprocess
+import textwrap
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch
 import torch_spyre._testing
 import torch_spyre._C as C
 
+from _helpers import WAIT_UNTIL
 from conftest import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,15 +81,14 @@ def test_is_initialized_is_false_after_free_runtime():
 
 def test_empty_cache_frees_blocks_whose_stream_failed():
     proc = run_python(
-        """
+        WAIT_UNTIL + textwrap.dedent("""
         import torch
         from torch_spyre import testing
         side = torch.spyre.Stream()
         x = torch.ones(1024, device="spyre")
         with testing.Gate() as gate:
             gate.block(side)
-            while gate.blocked_streams < 1:
-                pass
+            wait_until(lambda: gate.blocked_streams >= 1, what="side to block at the gate")
             x.record_stream(side)
             testing.inject_fault(side, "boom")
             with side:
@@ -99,6 +100,6 @@ def test_empty_cache_frees_blocks_whose_stream_failed():
             print("raised", "boom" in str(e))
         torch.accelerator.empty_cache()
         print(torch.accelerator.memory_allocated(), torch.accelerator.memory_reserved())
-        """
+        """)
     )
     assert proc.stdout.split() == ["raised", "True", "0", "0"]

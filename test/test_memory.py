@@ -20,17 +20,7 @@ SMALL_SEGMENT = 2 * MiB
 LARGE_SEGMENT = 20 * MiB
 
 
-@pytest.fixture(autouse=True)
-def empty_device():
-    """Each test starts with no device work pending and nothing cached."""
-    torch.spyre.synchronize()
-    torch.accelerator.empty_cache()
-    torch.accelerator.empty_host_cache()
-    assert torch.accelerator.memory_reserved() == 0, "a tensor outlived its test"
-    torch.accelerator.reset_accumulated_memory_stats()
-    yield
-    torch.spyre.synchronize()
-    torch.accelerator.empty_cache()
+pytestmark = pytest.mark.usefixtures("empty_device")  # conftest.py
 
 
 def floats(nbytes, **kwargs):

@@ -13,6 +13,7 @@ import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+from _helpers import wait_until
 from conftest import run_python
 from torch_spyre.testing import Gate
 
@@ -24,8 +25,7 @@ KINETO_LINE = re.compile(r"^USDT:.* profiler_(start|stop)$")
 
 def wait_until_blocked(gate, count):
     # Parking is asynchronous: poll the state, no fixed sleep.
-    while gate.blocked_streams < count:
-        pass
+    wait_until(lambda: gate.blocked_streams >= count, what=f"{count} streams blocked at the gate")
 
 
 def load_trace(prof, tmp_path, name="trace.json"):
@@ -92,7 +92,9 @@ def test_legacy_profiler_prints_nothing_and_every_time_is_positive():
     # Device time between the records at the op's entry and exit: the 5 ms
     # delay (plus the host's launch gap); the range also spans its own entry.
     assert 5000 <= device_us["spyre::_sleep"] <= device_us["nap"]
-    assert device_us["spyre::_sleep"] < 7500
+    # One run, so room for a late wake-up on a busy machine (12 ms was seen at load average 22
+    # on 2 cores); a range that spanned more than the op would read far more.
+    assert device_us["spyre::_sleep"] < 25000
     assert "-" not in re.sub(r"-{3,}", "", json.loads(proc.stdout.splitlines()[1]))
 
 
@@ -136,17 +138,18 @@ def test_export_memory_timeline_follows_spyre_allocations(tmp_path):
 def test_sleep_device_time_reads_5_ms_in_the_table():
     torch.spyre.synchronize()
     with profile(activities=ACTIVITIES) as prof:
-        for _ in range(3):
+        for _ in range(10):
             torch.spyre._sleep(5)
             torch.spyre.synchronize()
     rows = {e.key: e for e in prof.key_averages()}
-    assert rows["delay"].count == rows["spyre::_sleep"].count == 3
+    assert rows["delay"].count == rows["spyre::_sleep"].count == 10
     # The sleeps' device time is their delays' (each delay links to its op).
     assert rows["spyre::_sleep"].device_time_total == pytest.approx(rows["delay"].device_time_total)
     assert rows["delay"].self_device_time_total == rows["delay"].device_time_total
-    # The emulated device sleeps: a loaded host may wake it late, so the best of three.
+    # The emulated device sleeps: a loaded host may wake it late (10 ms was seen at load
+    # average 25 on 2 cores), so the best of ten, below the 10 ms a delay counted twice reads.
     best = min(e.device_time_total for e in prof.events() if e.name == "delay")
-    assert 4500 <= best <= 5500
+    assert 4500 <= best <= 7500
     table = prof.key_averages().table(sort_by="device_time_total", row_limit=3)
     first_row = table.splitlines()[3]
     assert first_row.split()[0] in ("spyre::_sleep", "delay")

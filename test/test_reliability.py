@@ -29,6 +29,7 @@ def sanitizer_run():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # its own deadline is 1500 s
 def test_sanitizers_report_nothing(sanitizer_run):
     out = sanitizer_run.stdout
     assert sanitizer_run.returncode == 0, out + sanitizer_run.stderr
@@ -39,6 +40,7 @@ def test_sanitizers_report_nothing(sanitizer_run):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # its own deadline is 1500 s
 def test_plain_stress_runs_the_full_count(sanitizer_run):
     out = sanitizer_run.stdout
     assert "[plain] stress 8x100000: ok" in out, out
@@ -53,6 +55,8 @@ def test_plain_stress_runs_the_full_count(sanitizer_run):
     assert out.count("faults: injected=9") == 3
 
 
+@pytest.mark.slow  # the sanitizer builds and runs
+@pytest.mark.timeout(1800)  # its own deadline is 1500 s
 def test_readers_never_wait_for_stream_creation(sanitizer_run):
     # 64 creations of 20 ms each: readers complete resolutions while every
     # creation is in progress, and a probe takes the write lock meanwhile.
@@ -63,6 +67,7 @@ def test_readers_never_wait_for_stream_creation(sanitizer_run):
         assert probe == "ok" and int(inside) >= 640
 
 
+@pytest.mark.timeout(700)  # its own deadline is 600 s
 def test_python_threads_streams_copies_and_syncs():
     proc = run_python(
         """

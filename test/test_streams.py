@@ -2,13 +2,13 @@
 torch.spyre stream API, as the design note specifies."""
 
 import threading
-import time
 
 import pytest
 import torch
 import torch_spyre
 from torch_spyre.testing import Gate
 
+from _helpers import wait_until
 from conftest import run_python
 
 # ---------------------------------------------------------------- pool ids
@@ -229,6 +229,7 @@ def test_host_compute_stream_is_a_spyre_stream_with_normal_priority():
     assert torch_spyre._C.host_compute_stream_by_id(s.stream_id).id() == s.stream_id
     assert s.native_handle not in {t.native_handle for t in (torch.spyre.default_stream(), torch.spyre.Stream())}
     x = torch.arange(6.0, device="spyre")
+    s.wait_stream(torch.spyre.current_stream())  # x is written on the default stream
     with s:  # ordinary ops queue on it and its memory is stream-ordered
         y = (x * 2).sum()
         assert torch.spyre.current_stream() == s
@@ -271,8 +272,7 @@ def test_host_compute_stream_synchronize_and_query_wait_for_its_work():
     done = threading.Event()
     waiter = threading.Thread(target=lambda: (native.synchronize(), done.set()))
     waiter.start()
-    while C._threads_in_host_waits() < 1:
-        time.sleep(0.001)
+    wait_until(lambda: C._threads_in_host_waits() >= 1, what="the synchronize to wait")
     assert not done.is_set()
     gate.release()
     waiter.join(timeout=30)
@@ -290,8 +290,7 @@ def test_device_synchronize_covers_the_host_compute_streams():
     done = threading.Event()
     syncer = threading.Thread(target=lambda: (torch.spyre.synchronize(), done.set()))
     syncer.start()
-    while C._threads_in_host_waits() < 1:
-        time.sleep(0.001)
+    wait_until(lambda: C._threads_in_host_waits() >= 1, what="the device synchronize to wait")
     assert not done.is_set()
     gate.release()
     syncer.join(timeout=30)
@@ -483,8 +482,7 @@ def test_synchronize_forms(sync):
     assert not s.query()
     waiter = threading.Thread(target=sync)
     waiter.start()
-    while torch_spyre._C._threads_in_host_waits() < 1:
-        time.sleep(0.001)
+    wait_until(lambda: torch_spyre._C._threads_in_host_waits() >= 1, what="the synchronize to wait")
     assert waiter.is_alive()  # waits for the gated stream
     gate.release()
     waiter.join(timeout=30)

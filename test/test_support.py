@@ -2,22 +2,13 @@
 the current state of features that do not work yet (so a change shows up here)."""
 
 import copy
-import gc
 
 import pytest
 import torch
 from torch import nn
 
 from conftest import run_python
-from test_distributed import rank_results, torchrun
-
-
-@pytest.fixture(autouse=True)
-def _free_device_memory():
-    """Later tests (test_tensors.py) expect no device memory held: collect the
-    cycles that tracebacks and optimizers leave around spyre tensors."""
-    yield
-    gc.collect()
+from _helpers import rank_results, torchrun
 
 
 def raise_fresh(fn):
@@ -67,6 +58,7 @@ def test_activation_checkpointing():
     assert torch.equal(spyre_layer.weight.grad.cpu(), expected)
 
 
+@pytest.mark.slow  # a torchrun job
 def test_fsdp2_training_step_on_two_ranks(tmp_path):
     torchrun(tmp_path, """
         import json, os

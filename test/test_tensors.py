@@ -91,20 +91,7 @@ def read_on_other_stream(tensor):
         return tensor.cpu()
 
 
-def wait_until(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
-@pytest.fixture(autouse=True)
-def drained_device():
-    """Each test starts and ends with no device work pending and nothing cached."""
-    torch.spyre.synchronize()
-    torch.accelerator.empty_cache()
-    yield
-    torch.spyre.synchronize()
+pytestmark = pytest.mark.usefixtures("drained_device")  # conftest.py
 
 
 # ---------------------------------------------------------------- dtypes
@@ -505,8 +492,7 @@ def test_memory_allocated_moves_by_exactly_the_tensor_size():
     assert torch.accelerator.get_memory_info() == (free, total)
 
 
-def test_memory_stats_counters_pools_and_resets():
-    torch.accelerator.empty_cache()
+def test_memory_stats_counters_pools_and_resets(empty_device):
     assert torch.accelerator.memory_reserved() == 0, "a tensor outlived its test"
     torch.accelerator.reset_accumulated_memory_stats()
     torch.accelerator.reset_peak_memory_stats()

@@ -9,23 +9,36 @@ import torch
 import torch_spyre
 from torch_spyre.testing import Gate
 
+from _helpers import WAIT_UNTIL, wait_until
 from conftest import run_python
 
 # utime + stime of every thread of the process, in clock ticks (/proc/self/stat
-# fields 14 and 15; the command name before them may contain spaces).
+# fields 14 and 15; the command name before them may contain spaces), and the
+# scheduler state of a thread (field 3: R running or runnable, S sleeping, ...).
 TICKS = """
+import os
+
 def ticks():
     with open("/proc/self/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
+
+def thread_state(tid):
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+def others_asleep():
+    # Every thread but the caller sleeps: no spin, no linger is left.
+    me = threading.get_native_id()
+    return all(thread_state(tid) != "R" for tid in os.listdir("/proc/self/task") if int(tid) != me)
 """
 
 
 def test_an_idle_process_with_a_started_runtime_uses_no_cpu():
     proc = run_python(
-        TICKS
+        "import threading\n" + TICKS + WAIT_UNTIL
         + """
-import os, time, torch
+import time, torch
 x = torch.randn(1 << 20, device="spyre")           # engines and DMA workers started
 streams = [torch.spyre.Stream() for _ in range(4)] + [torch.spyre.host_compute_stream()]
 for s in streams:
@@ -37,7 +50,7 @@ for s in streams:
 e = torch.spyre.Event()
 e.record(); e.synchronize()
 assert y.sum().item() == (x * 2).sum().item()
-time.sleep(0.2)                                      # every linger and spin is over by now
+wait_until(others_asleep, timeout=30, what="every thread to sleep", interval=0.01)
 t0, c0 = ticks(), time.process_time()
 time.sleep(1.0)
 print(ticks() - t0, time.process_time() - c0, os.sysconf("SC_CLK_TCK"))
@@ -51,6 +64,11 @@ print(ticks() - t0, time.process_time() - c0, os.sysconf("SC_CLK_TCK"))
     assert int(hz) > 0
 
 
+def thread_state(tid):
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def test_a_host_waiting_on_gated_work_parks():
     s = torch.spyre.Stream()
     gate = Gate()
@@ -60,9 +78,9 @@ def test_a_host_waiting_on_gated_work_parks():
     done = threading.Event()
     waiter = threading.Thread(target=lambda: (s.synchronize(), done.set()))
     waiter.start()
-    while torch_spyre._C._threads_in_host_waits() < 1:
-        time.sleep(0.001)
-    time.sleep(0.02)  # past the spin: parked from here on
+    wait_until(lambda: torch_spyre._C._threads_in_host_waits() >= 1, what="the synchronize to wait")
+    # Past the spin: parked (asleep) from here on.
+    wait_until(lambda: thread_state(waiter.native_id) == "S", what="the waiter to park")
     before = time.process_time()
     time.sleep(0.3)
     used = time.process_time() - before
