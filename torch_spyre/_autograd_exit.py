@@ -47,8 +47,12 @@ def drain_autograd_device_thread() -> bool:
     """Make the bound device's autograd thread drop the graph tasks of earlier
     backward() calls. Returns False when there was nothing to drain or it did
     not finish in time."""
+    # Only a started runtime has a bound device (asking otherwise may raise,
+    # e.g. for a bad LOCAL_RANK the process already reported).
+    if not _C._is_initialized():
+        return False
     index = _C._bound_device()
-    if index < 0 or not _C._is_initialized() or not _autograd_device_thread_started(index):
+    if index < 0 or not _autograd_device_thread_started(index):
         return False
     return _C._drain_autograd_device_thread(index, DRAIN_TIMEOUT_SECONDS)
 
