@@ -38,19 +38,9 @@ DEVICE_ENV = (
 # Variables read only once the runtime starts (or later), never at `import torch`: a child of the
 # fork server may set them (or unset them). Any other difference from the server's environment (OMP_*, GOMP_*,
 # TORCH_DEVICE_BACKEND_AUTOLOAD, PYTHONPATH, ...) takes effect at import and needs a fresh interpreter.
-RUNTIME_ENV = frozenset({
-    "SPYRE_DEVICES",
-    "AIU_WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "LOCAL_RANK",
-    "FLEX_STUB_CARDS",
-    "FLEX_STUB_ENGINES",
-    "FLEX_STUB_DMA_GBPS",
-    "FLEX_STUB_DMA_ENGINES",
-    "FLEX_STUB_MEMORY_BYTES",
-    "FLEX_STUB_FAULT_AFTER",
-    "FLEX_STUB_TRACE",
-    "SPYRE_PIN_ENGINE_TEAMS",
+RUNTIME_ENV = frozenset(DEVICE_ENV) - {
+    "TORCH_DEVICE_BACKEND_AUTOLOAD", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY",  # act at import
+} | {
     "TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS",
     "SPYRECCL_STAGING",
     "SPYRECCL_CHECK",
@@ -58,7 +48,7 @@ RUNTIME_ENV = frozenset({
     # Set in this process by inductor once it compiled, read when it compiles.
     "TORCHINDUCTOR_CACHE_DIR",
     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
-})
+}
 
 
 def _child_env(env):
@@ -266,3 +256,14 @@ def empty_device():
 # The test process itself runs with no device variables set: it binds device 0.
 for _name in DEVICE_ENV:
     os.environ.pop(_name, None)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile tests: dynamo's caches emptied, the device idle, before and after."""
+    import torch  # noqa: PLC0415 (conftest is imported before torch is wanted)
+
+    torch._dynamo.reset()
+    torch.spyre.synchronize()
+    yield
+    torch.spyre.synchronize()

@@ -24,12 +24,7 @@ from conftest import run_python
 SPYRE = torch.device("spyre:0")
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch.spyre.synchronize()
-    yield
-    torch.spyre.synchronize()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # conftest
 
 
 def pointwise(t):

@@ -19,12 +19,7 @@ from torch_spyre.testing import Gate
 SPYRE = torch.device("spyre:0")
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch.spyre.synchronize()
-    yield
-    torch.spyre.synchronize()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # conftest
 
 
 # ------------------------------------------------------------ item 2: stream uses
