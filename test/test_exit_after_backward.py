@@ -34,7 +34,9 @@ import pytest
 
 from conftest import DEVICE_ENV, run_python
 
-RUNS = int(os.environ.get("SPYRE_EXIT_STRESS_RUNS", "25"))
+# The suite's default keeps the slow tier affordable (a forked run takes 5-15 s
+# beside two burners); the issue's acceptance count is SPYRE_EXIT_STRESS_RUNS=200.
+RUNS = int(os.environ.get("SPYRE_EXIT_STRESS_RUNS", "3"))
 ABORT = "terminate called without an active exception"
 
 MODEL = """
@@ -170,6 +172,7 @@ def cpu_burners():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600 + 300 * RUNS)  # the subprocess's own deadline fails it first
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_forked_runs_exit_cleanly_beside_cpu_burners(name, tmp_path, cpu_burners):
     script = tmp_path / f"{name}.py"
@@ -177,7 +180,7 @@ def test_forked_runs_exit_cleanly_beside_cpu_burners(name, tmp_path, cpu_burners
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(DRIVER))
     proc = subprocess.run([sys.executable, str(driver), str(script), str(RUNS)], cwd=tmp_path,
-                          env=clean_env(), capture_output=True, text=True, timeout=900 + 300 * RUNS)
+                          env=clean_env(), capture_output=True, text=True, timeout=300 + 300 * RUNS)
     assert proc.returncode == 0, proc.stderr
     statuses = json.loads(proc.stdout.splitlines()[-1])
     assert len(statuses) == RUNS
@@ -187,12 +190,12 @@ def test_forked_runs_exit_cleanly_beside_cpu_burners(name, tmp_path, cpu_burners
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_fresh_processes_exit_cleanly_beside_cpu_burners(name, tmp_path, cpu_burners):
     script = tmp_path / f"{name}.py"
     script.write_text(SCRIPTS[name] + "print('done')\n")
-    for _ in range(3):
-        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=clean_env(),
-                              capture_output=True, text=True, timeout=600)
-        assert (proc.returncode, proc.stdout) == (0, "done\n"), proc.stderr[-4000:]
-        assert ABORT not in proc.stderr
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert (proc.returncode, proc.stdout) == (0, "done\n"), proc.stderr[-4000:]
+    assert ABORT not in proc.stderr
