@@ -108,6 +108,18 @@ def cpu_choice_ops(x, w, b):
     )
 
 
+def cpu_choice_extern_ops(a, b, c, a2, b2, c2, p, q, r, s, x, w, cb, base, index, src):
+    return (
+        a @ b,  # (1,300)x(300,1): CPU multiplies and sums in C++, others call ATen
+        torch.addmm(c, a, b),
+        torch.addmm(c2, a2, b2),  # (1,12)x(12,10): tiny, multiply and sum on CPU
+        torch.bmm(p, q),  # one row times one column per batch
+        torch.bmm(r, s),  # one column per batch: tuned_bmm's CPU branch
+        F.conv2d(x, w, cb),  # CPU keeps the bias in the convolution; others add it after
+        base.scatter_reduce(0, index, src, "sum"),  # CPU falls back to ATen; others add atomically
+    )
+
+
 @pytest.mark.slow
 def test_cpus_choices_make_compiled_spyre_equal_compiled_cpu_bit_for_bit():
     # Inputs far from 0 (mean 10), where Welford and the two-pass variance, or
@@ -126,6 +138,31 @@ def test_cpus_choices_make_compiled_spyre_equal_compiled_cpu_bit_for_bit():
         assert o.device == SPYRE
         assert torch.equal(o.cpu(), e), i
     assert ours[9].item() == x.t().argmax().item()
+
+    # Matmuls, a bfloat16 convolution with a bias, a scatter_reduce sum: before
+    # spyre took CPU's choices each differed: by up to 2.9e-6 (the matmuls),
+    # 0.5 (the convolution) and 5.5e-4 (the scatter sum).
+    args = (
+        torch.randn(1, 300, generator=g), torch.randn(300, 1, generator=g),
+        torch.randn(1, 1, generator=g),
+        torch.randn(1, 12, generator=g), torch.randn(12, 10, generator=g),
+        torch.randn(10, generator=g),
+        torch.randn(3, 1, 50, generator=g), torch.randn(3, 50, 1, generator=g),
+        torch.randn(3, 7, 40, generator=g), torch.randn(3, 40, 1, generator=g),
+        (torch.randn(2, 3, 9, 9, generator=g) * 3 + 10).bfloat16(),
+        torch.randn(4, 3, 3, 3, generator=g).bfloat16(), (torch.randn(4, generator=g) * 50).bfloat16(),
+        torch.randn(7, generator=g), torch.randint(0, 7, (200000,), generator=g),
+        torch.randn(200000, generator=g),
+    )
+    torch._dynamo.reset()
+    f = torch.compile(cpu_choice_extern_ops)
+    ours = f(*(t.to(SPYRE) for t in args))
+    torch._dynamo.reset()
+    expected = f(*args)
+    assert len(ours) == len(expected) == 7
+    for i, (o, e) in enumerate(zip(ours, expected)):
+        assert o.device == SPYRE
+        assert torch.equal(o.cpu(), e), i
 
 
 # ------------------------------------------------------------ item 13: mixed devices
