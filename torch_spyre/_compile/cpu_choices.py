@@ -195,17 +195,22 @@ def _small_matmuls():
         return NotImplemented
 
     def on_spyre_as_cpu(original, as_cpu, operand):
+        # operand: the (position, name) of the tensor whose device torch checks.
         def decompose(*args, **kwargs):
-            if args[operand].device.type == "spyre":
+            position, name = operand
+            tensor = args[position] if len(args) > position else kwargs.get(name)
+            if isinstance(tensor, torch.Tensor) and tensor.device.type == "spyre":
                 return as_cpu(*args, **kwargs)
             return original(*args, **kwargs)
 
         return decompose
 
-    _replace_decomposition(originals["mm"], on_spyre_as_cpu(originals["mm"], mm_as_cpu, 0))
+    _replace_decomposition(originals["mm"],
+                           on_spyre_as_cpu(originals["mm"], mm_as_cpu, (0, "self")))
     _replace_decomposition(originals["addmm"],
-                           on_spyre_as_cpu(originals["addmm"], addmm_as_cpu, 1))
-    _replace_decomposition(originals["bmm"], on_spyre_as_cpu(originals["bmm"], bmm_as_cpu, 0))
+                           on_spyre_as_cpu(originals["addmm"], addmm_as_cpu, (1, "mat1")))
+    _replace_decomposition(originals["bmm"],
+                           on_spyre_as_cpu(originals["bmm"], bmm_as_cpu, (0, "self")))
 
     # kernel/bmm.py's tuned_bmm: on CPU, a bmm with one row or one column per
     # batch is a multiply-and-sum (the decomposition above takes only both).
