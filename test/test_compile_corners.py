@@ -165,6 +165,39 @@ def test_cpus_choices_make_compiled_spyre_equal_compiled_cpu_bit_for_bit():
         assert torch.equal(o.cpu(), e), i
 
 
+def kernels_and_extern_calls(wrapper_code):
+    # The wrapper's kernel definitions (a CPU and a spyre kernel are defined by
+    # different calls) and its ATen calls, in order.
+    import re
+
+    return re.findall(r"^(\w+) = (?:async_compile\.cpp_pybinding|spyre_kernels\.cpp_kernel)\("
+                      r"|((?:torch\.ops\.aten|extern_kernels)\.[\w.]+)\(", wrapper_code, re.M)
+
+
+@pytest.mark.slow
+def test_cpus_choices_make_spyre_generate_the_kernels_cpu_generates():
+    # Same values either way, other kernels: CPU concatenates int8 with ATen's
+    # cat and never rewrites a right pad as a cat (before, spyre fused both
+    # into one kernel: cpp_fused_cat_constant_pad_nd_mul_0, no ATen call).
+    from torch._inductor.utils import run_and_get_code
+
+    def cat_and_pad(a, b, x):
+        return torch.cat([a, b], 1), F.pad(x, (0, 3), value=1.5) * 2
+
+    a = torch.arange(24, dtype=torch.int8).reshape(2, 3, 2, 2)
+    x = torch.arange(20.0).reshape(4, 5)
+    codes, outs = [], []
+    for device in ("cpu", SPYRE):
+        torch._dynamo.reset()
+        out, code = run_and_get_code(torch.compile(cat_and_pad), a.to(device), (a + 1).to(device),
+                                     x.to(device))
+        codes.append(kernels_and_extern_calls(code[0]))
+        outs.append([t.cpu() for t in out])
+    assert codes[1] == codes[0] == [("cpp_fused_cat_0", ""), ("cpp_fused_cat_constant_pad_nd_mul_1", ""),
+                                    ("", "torch.ops.aten.cat.default")]
+    assert all(torch.equal(o, e) for o, e in zip(outs[1], outs[0]))
+
+
 # ------------------------------------------------------------ item 13: mixed devices
 
 

@@ -271,6 +271,34 @@ def _scatter_reduce_sum():
     decomposition.use_scatter_fallback = use_scatter_fallback
 
 
+def _concatenation():
+    # lowering.cat: CPU concatenates int8/uint8 tensors with ATen's cat (its
+    # C++ vector code lacks them), other devices with generated kernels.
+    # lowering._pad_as_cat: CPU never rewrites a right pad as a cat with a
+    # filled tensor (its cat would add kernels). Same values, CPU's kernels.
+    def cat_lowering(original):
+        def cat(inputs, dim=0):
+            if _on_spyre(inputs[0]) and all(t.get_dtype() in (torch.int8, torch.uint8)
+                                            for t in inputs):
+                for t in inputs:
+                    t.realize()
+                if all(len(t.get_size()) == 4 for t in inputs):
+                    inputs, _ = lowering.require_channels_last(aten.cat, *inputs)
+                return lowering.fallback_handler(aten.cat.default)(inputs, dim)
+            return original(inputs, dim)
+
+        return cat
+
+    _replace_lowering(aten.cat.default, cat_lowering)
+
+    pad_as_cat = lowering._pad_as_cat
+
+    def _pad_as_cat(x, padding, fill_value):
+        return None if _on_spyre(x) else pad_as_cat(x, padding, fill_value)
+
+    lowering._pad_as_cat = _pad_as_cat
+
+
 def take_cpus_choices():
     _realize_thresholds()
     _two_step_variance()
@@ -281,3 +309,4 @@ def take_cpus_choices():
     _small_matmuls()
     _convolution_bias()
     _scatter_reduce_sum()
+    _concatenation()
