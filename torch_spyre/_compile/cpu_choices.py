@@ -10,6 +10,7 @@ once, with inductor's spyre backend (torch_spyre/_compile/inductor.py).
 """
 
 import torch
+import torch._decomp.decompositions
 import torch._prims_common as prims_common
 from torch._decomp.decompositions import pw_cast_for_opmath
 from torch._inductor import config, decomposition, ir, lowering, utils
@@ -299,6 +300,27 @@ def _concatenation():
     lowering._pad_as_cat = _pad_as_cat
 
 
+def _batch_norm_statistics():
+    # torch._decomp's native_batch_norm_helper (every batch_norm
+    # decomposition calls it by name): in eval mode CPU saves empty
+    # statistics, other devices the running ones; CPU saves them in the
+    # input's dtype. Spyre's eager batch_norm is CPU's, so without this a
+    # compiled native_batch_norm gave (C,) statistics where eager gives (0,).
+    original = torch._decomp.decompositions.native_batch_norm_helper
+
+    def native_batch_norm_helper(input, weight, bias, running_mean, running_var, training,
+                                 momentum, eps, functional):
+        output, save_mean, save_rstd, *running = original(
+            input, weight, bias, running_mean, running_var, training, momentum, eps, functional)
+        if input.device.type == "spyre":
+            if not training:
+                save_mean, save_rstd = input.new_zeros((0,)), input.new_zeros((0,))
+            save_mean, save_rstd = save_mean.to(dtype=input.dtype), save_rstd.to(dtype=input.dtype)
+        return (output, save_mean, save_rstd, *running)
+
+    torch._decomp.decompositions.native_batch_norm_helper = native_batch_norm_helper
+
+
 def take_cpus_choices():
     _realize_thresholds()
     _two_step_variance()
@@ -310,3 +332,4 @@ def take_cpus_choices():
     _convolution_bias()
     _scatter_reduce_sum()
     _concatenation()
+    _batch_norm_statistics()
