@@ -166,27 +166,31 @@ def test_cpus_choices_make_compiled_spyre_equal_compiled_cpu_bit_for_bit():
 
 
 @pytest.mark.slow
-def test_cpus_choices_give_compiled_batch_norm_cpus_saved_statistics():
-    # CPU saves empty statistics in eval mode and saves them in the input's
-    # dtype; spyre's eager batch_norm is CPU's. Before, compiled spyre saved
-    # the (6,) running statistics in eval mode and float32 ones for bfloat16.
+def test_cpus_choices_give_compiled_norms_cpus_saved_statistics():
+    # CPU saves batch_norm's statistics empty in eval mode, and batch_norm's
+    # and layer_norm's in the input's dtype; spyre's eager kernels are CPU's.
+    # Before, compiled spyre saved the (6,) running statistics in eval mode
+    # and float32 statistics for bfloat16.
     g = torch.Generator().manual_seed(0)
     x = torch.randn(8, 6, 5, generator=g) * 3 + 10
     w, b, mean = (torch.randn(6, generator=g) for _ in range(3))
     var = torch.rand(6, generator=g) + 0.5
+    lw, lb = (torch.randn(5, generator=g).bfloat16() for _ in range(2))
 
-    def both_modes(x, w, b, mean, var, xb, wb, bb):
+    def norms(x, w, b, mean, var, xb, wb, bb, lw, lb):
         return (*torch.ops.aten.native_batch_norm(x, w, b, mean, var, False, 0.1, 1e-5),
-                *torch.ops.aten.native_batch_norm(xb, wb, bb, None, None, True, 0.1, 1e-5))
+                *torch.ops.aten.native_batch_norm(xb, wb, bb, None, None, True, 0.1, 1e-5),
+                *torch.ops.aten.native_layer_norm(xb, [5], lw, lb, 1e-5))
 
-    args = (x, w, b, mean, var, x.bfloat16(), w.bfloat16(), b.bfloat16())
-    f = torch.compile(both_modes)
+    args = (x, w, b, mean, var, x.bfloat16(), w.bfloat16(), b.bfloat16(), lw, lb)
+    f = torch.compile(norms)
     ours = f(*(t.to(SPYRE) for t in args))
     torch._dynamo.reset()
     expected = f(*args)
     assert [(tuple(t.shape), t.dtype) for t in expected] == [
         ((8, 6, 5), torch.float32), ((0,), torch.float32), ((0,), torch.float32),
-        ((8, 6, 5), torch.bfloat16), ((6,), torch.bfloat16), ((6,), torch.bfloat16)]
+        ((8, 6, 5), torch.bfloat16), ((6,), torch.bfloat16), ((6,), torch.bfloat16),
+        ((8, 6, 5), torch.bfloat16), ((8, 6, 1), torch.bfloat16), ((8, 6, 1), torch.bfloat16)]
     for i, (o, e) in enumerate(zip(ours, expected)):
         assert o.dtype == e.dtype and torch.equal(o.cpu(), e), i
 

@@ -321,6 +321,21 @@ def _batch_norm_statistics():
     torch._decomp.decompositions.native_batch_norm_helper = native_batch_norm_helper
 
 
+def _layer_norm_statistics():
+    # torch._refs.native_layer_norm (inductor's decomposition calls it as
+    # decomp_native_layer_norm): CPU returns mean and rstd in the input's
+    # dtype, other devices in the computation dtype (float32 for bfloat16).
+    original = decomposition.decomp_native_layer_norm
+
+    def native_layer_norm(input, normalized_shape, weight, bias, eps):
+        out, mean, rstd = original(input, normalized_shape, weight, bias, eps)
+        if input.device.type == "spyre":
+            mean, rstd = mean.to(dtype=input.dtype), rstd.to(dtype=input.dtype)
+        return out, mean, rstd
+
+    decomposition.decomp_native_layer_norm = native_layer_norm
+
+
 def take_cpus_choices():
     _realize_thresholds()
     _two_step_variance()
@@ -333,3 +348,4 @@ def take_cpus_choices():
     _scatter_reduce_sum()
     _concatenation()
     _batch_norm_statistics()
+    _layer_norm_statistics()
