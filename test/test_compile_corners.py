@@ -108,6 +108,18 @@ def cpu_choice_ops(x, w, b):
     )
 
 
+def cpu_choice_extern_ops(a, b, c, a2, b2, c2, p, q, r, s, x, w, cb, base, index, src):
+    return (
+        a @ b,  # (1,300)x(300,1): CPU multiplies and sums in C++, others call ATen
+        torch.addmm(c, a, b),
+        torch.addmm(c2, a2, b2),  # (1,12)x(12,10): tiny, multiply and sum on CPU
+        torch.bmm(p, q),  # one row times one column per batch
+        torch.bmm(r, s),  # one column per batch: tuned_bmm's CPU branch
+        F.conv2d(x, w, cb),  # CPU keeps the bias in the convolution; others add it after
+        base.scatter_reduce(0, index, src, "sum"),  # CPU falls back to ATen; others add atomically
+    )
+
+
 @pytest.mark.slow
 def test_cpus_choices_make_compiled_spyre_equal_compiled_cpu_bit_for_bit():
     # Inputs far from 0 (mean 10), where Welford and the two-pass variance, or
@@ -126,6 +138,94 @@ def test_cpus_choices_make_compiled_spyre_equal_compiled_cpu_bit_for_bit():
         assert o.device == SPYRE
         assert torch.equal(o.cpu(), e), i
     assert ours[9].item() == x.t().argmax().item()
+
+    # Matmuls, a bfloat16 convolution with a bias, a scatter_reduce sum: before
+    # spyre took CPU's choices each differed: by up to 2.9e-6 (the matmuls),
+    # 0.5 (the convolution) and 5.5e-4 (the scatter sum).
+    args = (
+        torch.randn(1, 300, generator=g), torch.randn(300, 1, generator=g),
+        torch.randn(1, 1, generator=g),
+        torch.randn(1, 12, generator=g), torch.randn(12, 10, generator=g),
+        torch.randn(10, generator=g),
+        torch.randn(3, 1, 50, generator=g), torch.randn(3, 50, 1, generator=g),
+        torch.randn(3, 7, 40, generator=g), torch.randn(3, 40, 1, generator=g),
+        (torch.randn(2, 3, 9, 9, generator=g) * 3 + 10).bfloat16(),
+        torch.randn(4, 3, 3, 3, generator=g).bfloat16(), (torch.randn(4, generator=g) * 50).bfloat16(),
+        torch.randn(7, generator=g), torch.randint(0, 7, (200000,), generator=g),
+        torch.randn(200000, generator=g),
+    )
+    torch._dynamo.reset()
+    f = torch.compile(cpu_choice_extern_ops)
+    ours = f(*(t.to(SPYRE) for t in args))
+    torch._dynamo.reset()
+    expected = f(*args)
+    assert len(ours) == len(expected) == 7
+    for i, (o, e) in enumerate(zip(ours, expected)):
+        assert o.device == SPYRE
+        assert torch.equal(o.cpu(), e), i
+
+
+@pytest.mark.slow
+def test_cpus_choices_give_compiled_norms_cpus_saved_statistics():
+    # CPU saves batch_norm's statistics empty in eval mode, and batch_norm's
+    # and layer_norm's in the input's dtype; spyre's eager kernels are CPU's.
+    # Before, compiled spyre saved the (6,) running statistics in eval mode
+    # and float32 statistics for bfloat16.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 6, 5, generator=g) * 3 + 10
+    w, b, mean = (torch.randn(6, generator=g) for _ in range(3))
+    var = torch.rand(6, generator=g) + 0.5
+    lw, lb = (torch.randn(5, generator=g).bfloat16() for _ in range(2))
+
+    def norms(x, w, b, mean, var, xb, wb, bb, lw, lb):
+        return (*torch.ops.aten.native_batch_norm(x, w, b, mean, var, False, 0.1, 1e-5),
+                *torch.ops.aten.native_batch_norm(xb, wb, bb, None, None, True, 0.1, 1e-5),
+                *torch.ops.aten.native_layer_norm(xb, [5], lw, lb, 1e-5))
+
+    args = (x, w, b, mean, var, x.bfloat16(), w.bfloat16(), b.bfloat16(), lw, lb)
+    f = torch.compile(norms)
+    ours = f(*(t.to(SPYRE) for t in args))
+    torch._dynamo.reset()
+    expected = f(*args)
+    assert [(tuple(t.shape), t.dtype) for t in expected] == [
+        ((8, 6, 5), torch.float32), ((0,), torch.float32), ((0,), torch.float32),
+        ((8, 6, 5), torch.bfloat16), ((6,), torch.bfloat16), ((6,), torch.bfloat16),
+        ((8, 6, 5), torch.bfloat16), ((8, 6, 1), torch.bfloat16), ((8, 6, 1), torch.bfloat16)]
+    for i, (o, e) in enumerate(zip(ours, expected)):
+        assert o.dtype == e.dtype and torch.equal(o.cpu(), e), i
+
+
+def kernels_and_extern_calls(wrapper_code):
+    # The wrapper's kernel definitions (a CPU and a spyre kernel are defined by
+    # different calls) and its ATen calls, in order.
+    import re
+
+    return re.findall(r"^(\w+) = (?:async_compile\.cpp_pybinding|spyre_kernels\.cpp_kernel)\("
+                      r"|((?:torch\.ops\.aten|extern_kernels)\.[\w.]+)\(", wrapper_code, re.M)
+
+
+@pytest.mark.slow
+def test_cpus_choices_make_spyre_generate_the_kernels_cpu_generates():
+    # Same values either way, other kernels: CPU concatenates int8 with ATen's
+    # cat and never rewrites a right pad as a cat (before, spyre fused both
+    # into one kernel: cpp_fused_cat_constant_pad_nd_mul_0, no ATen call).
+    from torch._inductor.utils import run_and_get_code
+
+    def cat_and_pad(a, b, x):
+        return torch.cat([a, b], 1), F.pad(x, (0, 3), value=1.5) * 2
+
+    a = torch.arange(24, dtype=torch.int8).reshape(2, 3, 2, 2)
+    x = torch.arange(20.0).reshape(4, 5)
+    codes, outs = [], []
+    for device in ("cpu", SPYRE):
+        torch._dynamo.reset()
+        out, code = run_and_get_code(torch.compile(cat_and_pad), a.to(device), (a + 1).to(device),
+                                     x.to(device))
+        codes.append(kernels_and_extern_calls(code[0]))
+        outs.append([t.cpu() for t in out])
+    assert codes[1] == codes[0] == [("cpp_fused_cat_0", ""), ("cpp_fused_cat_constant_pad_nd_mul_1", ""),
+                                    ("", "torch.ops.aten.cat.default")]
+    assert all(torch.equal(o, e) for o, e in zip(outs[1], outs[0]))
 
 
 # ------------------------------------------------------------ item 13: mixed devices
