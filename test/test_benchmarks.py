@@ -43,6 +43,7 @@ ROWS = {
     "compile.first_compile",
     "profiler.launch_add_1k",
     "profiler.launch_vs_cpu_profile",
+    "process.first_result",
 }
 
 
