@@ -68,7 +68,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     runSynchronouslyOnArgs();
     return;
   }
-  const std::shared_ptr<Plan> plan = planFor(compute_op, args, key.take());
+  const std::shared_ptr<Plan> plan = planFor(compute_op, args, key.words());
   if (plan->synchronous) {
     runSynchronouslyOnArgs();
     return;
@@ -90,7 +90,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
   returns.reserve(plan->outputs.size());
   size_t bytes = 0;
   for (const OutputSpec& spec : plan->outputs) {
-    std::vector<TensorRef> refs;
+    c10::SmallVector<TensorRef, 1> refs;
     c10::IValue value;
     if (spec.kind == OutputSpec::Kind::Argument) {
       value = args[spec.arg];
