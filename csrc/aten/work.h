@@ -84,8 +84,9 @@ struct Work {
   void run();
 };
 
-// The slot of a tensor argument at `index`: its tensors as TensorRefs.
-Work::Slot slotOf(int index, const c10::IValue& v);
+// Appends the slot of a tensor argument at `index` to `work`: its tensors as
+// TensorRefs, built in place.
+void addSlot(Work& work, int index, const c10::IValue& v);
 
 // Every spyre argument's block is used by work queued on `stream`.
 void recordUses(const Stack& args, const SpyreStream& stream);
