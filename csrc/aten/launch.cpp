@@ -68,7 +68,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     runSynchronouslyOnArgs();
     return;
   }
-  const std::shared_ptr<Plan> plan = planFor(compute_op, args, key.take());
+  const std::shared_ptr<Plan> plan = planFor(compute_op, args, key.words());
   if (plan->synchronous) {
     runSynchronouslyOnArgs();
     return;
@@ -86,11 +86,10 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
   work->out_variant = plan->out_variant;
   work->copy_results = plan->copy_results;
   work->num_threads = at::get_num_threads();
-  std::vector<c10::IValue> returns;
-  returns.reserve(plan->outputs.size());
+  c10::SmallVector<c10::IValue, 2> returns;
   size_t bytes = 0;
   for (const OutputSpec& spec : plan->outputs) {
-    std::vector<TensorRef> refs;
+    c10::SmallVector<TensorRef, 1>& refs = work->outputs.emplace_back();
     c10::IValue value;
     if (spec.kind == OutputSpec::Kind::Argument) {
       value = args[spec.arg];
@@ -101,7 +100,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       if (spec.layouts[0].defined()) {
         t = emptySpyre(spec.layouts[0], device);
         bytes += t.nbytes();
-        refs.push_back(TensorRef::of(t));
+        refs.emplace_back().capture(t);
       }
       value = std::move(t);
     } else {
@@ -113,20 +112,20 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         }
         at::Tensor t = emptySpyre(layout, device);
         bytes += t.nbytes();
-        refs.push_back(TensorRef::of(t));
+        refs.emplace_back().capture(t);
         list.push_back(std::move(t));
       }
       value = std::move(list);
     }
-    work->outputs.push_back(std::move(refs));
     work->output_is_list.push_back(spec.list);
     returns.push_back(std::move(value));
   }
   if (plan->computes) {
-    work->args.reserve(args.size());
+    // Room for the out= variant's outputs too: the engine appends them.
+    work->args.reserve(args.size() + plan->outputs.size());
     for (size_t i = 0; i < args.size(); ++i) {
       if (holdsTensors(args[i])) {
-        work->slots.push_back(slotOf(static_cast<int>(i), args[i]));
+        addSlot(*work, static_cast<int>(i), args[i]);
         work->args.emplace_back();
       } else if (args[i].isDevice() && args[i].toDevice().is_privateuseone()) {
         // A factory's device: the CPU kernel makes a host tensor (copied into

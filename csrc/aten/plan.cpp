@@ -306,14 +306,33 @@ int aliasedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret)
   return -1;
 }
 
+namespace {
+
+struct PlanCache {
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash> plans;
+  // The last plan found, with its key: a loop of one call compares words
+  // instead of hashing them and building a vector to look them up.
+  std::vector<int64_t> last_key;
+  std::shared_ptr<Plan> last_plan;
+};
+
+}  // namespace
+
 std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
-                              std::vector<int64_t> key) {
-  thread_local std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash> plans;
-  auto it = plans.find(key);
-  if (it != plans.end()) return it->second;
-  if (plans.size() >= 4096) plans.clear();  // shapes that never repeat: keep it bounded
-  std::shared_ptr<Plan> plan = buildPlan(op, args);
-  plans.emplace(std::move(key), plan);
+                              c10::ArrayRef<int64_t> key) {
+  thread_local PlanCache cache;
+  if (cache.last_plan && key.equals(cache.last_key)) return cache.last_plan;
+  std::vector<int64_t> words = key.vec();
+  std::shared_ptr<Plan> plan;
+  if (auto it = cache.plans.find(words); it != cache.plans.end()) {
+    plan = it->second;
+  } else {
+    if (cache.plans.size() >= 4096) cache.plans.clear();  // shapes that never repeat: keep it bounded
+    plan = buildPlan(op, args);
+    cache.plans.emplace(words, plan);
+  }
+  cache.last_key = std::move(words);
+  cache.last_plan = plan;
   return plan;
 }
 

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
 
 namespace spyre::launch {
@@ -69,10 +70,11 @@ c10::WarningHandler& silentWarnings();
 int aliasedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret);
 
 // The plan for a call of `op` with `args`, whose metadata is `key`: cached
-// per thread. A plan that cannot be made (no meta kernel, an error, results
-// that are not tensors) is synchronous.
+// per thread (the last hit is checked first: a loop repeats one call). A plan
+// that cannot be made (no meta kernel, an error, results that are not
+// tensors) is synchronous.
 std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
-                              std::vector<int64_t> key);
+                              c10::ArrayRef<int64_t> key);
 
 // A new spyre tensor of this layout (offset ignored) on `device`, an index
 // ensureDevice() returned during this op (no second check).

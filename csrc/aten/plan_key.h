@@ -1,5 +1,6 @@
 // The plan cache's key (aten/plan.h): the exact metadata of a call, every
-// thing an op's meta kernel may read, as a vector of words.
+// thing an op's meta kernel may read, as a vector of words. Built on the
+// stack (no heap allocation for the usual call): it is built at every op.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
 
 namespace spyre::launch {
 
@@ -17,25 +20,25 @@ namespace spyre::launch {
 class KeyBuilder {
  public:
   explicit KeyBuilder(const c10::OperatorHandle& op) {
-    words_.reserve(64);  // a binary op on 2-d tensors takes ~30 words: one allocation
     words_.push_back(reinterpret_cast<int64_t>(&op.schema()));
   }
 
   bool add(const c10::IValue& v);
 
-  std::vector<int64_t> take() { return std::move(words_); }
+  c10::ArrayRef<int64_t> words() const { return words_; }
 
  private:
   static int64_t bits(double d);
   void addString(const std::string& s);
   void addTensor(const at::Tensor& t);
 
-  std::vector<int64_t> words_;
-  std::vector<const c10::StorageImpl*> storages_;
+  // A binary op on 2-d tensors takes ~30 words.
+  c10::SmallVector<int64_t, 64> words_;
+  c10::SmallVector<const c10::StorageImpl*, 8> storages_;
 };
 
 struct KeyHash {
-  size_t operator()(const std::vector<int64_t>& words) const {
+  size_t operator()(c10::ArrayRef<int64_t> words) const {
     uint64_t h = 1469598103934665603ull;
     for (const int64_t w : words) {
       h ^= static_cast<uint64_t>(w);

@@ -11,6 +11,12 @@ namespace spyre {
 
 TensorRef TensorRef::of(const at::Tensor& t) {
   TensorRef ref;
+  ref.capture(t);
+  return ref;
+}
+
+void TensorRef::capture(const at::Tensor& t) {
+  TensorRef& ref = *this;
   ref.dtype = t.scalar_type();
   ref.sizes.assign(t.sizes().begin(), t.sizes().end());
   ref.strides.assign(t.strides().begin(), t.strides().end());
@@ -20,13 +26,12 @@ TensorRef TensorRef::of(const at::Tensor& t) {
     ref.cpu_scalar = true;
     ref.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
     std::memcpy(ref.scalar_bytes.data(), t.const_data_ptr(), t.element_size());
-    return ref;
+    return;
   }
   const c10::Storage& storage = t.storage();
   ref.storage_base = storage.mutable_data();
   ref.storage_nbytes = storage.nbytes();
   ref.storage_offset = t.storage_offset();
-  return ref;
 }
 
 at::Tensor TensorRef::cpuAlias() const {

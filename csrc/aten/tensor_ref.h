@@ -37,6 +37,9 @@ struct TensorRef {
 
   // Captures `t`: a spyre tensor, a pinned host tensor, or a 0-dim CPU tensor.
   static TensorRef of(const at::Tensor& t);
+  // The same, into this (default-constructed) ref: no move of the sizes and
+  // strides, for refs built in place in a container.
+  void capture(const at::Tensor& t);
 
   // A CPU tensor over the same memory and layout (or holding the scalar). It
   // owns nothing: valid while the memory is, i.e. inside the device work.

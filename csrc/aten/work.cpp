@@ -21,7 +21,14 @@ CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side)
   if (num_threads > 0 && omp_get_max_threads() != num_threads) {
     omp_set_num_threads(num_threads);
   }
-  if (side == KernelSide::Engine) placeEngineTeam();
+  if (side == KernelSide::Engine) {
+    placeEngineTeam();
+    // Record functions stay off on an engine thread, for good: profiler
+    // callbacks may be Python, which an engine never runs. (Turning them off
+    // and on again around each op rebuilt the thread's callback cache twice:
+    // a third of a small op's engine time.)
+    if (at::isRecordFunctionEnabled()) at::enableRecordFunction(false);
+  }
 }
 
 CpuKernelScope::~CpuKernelScope() = default;
@@ -151,23 +158,23 @@ void Work::run() {
   }
 }
 
-Work::Slot slotOf(int index, const c10::IValue& v) {
-  Work::Slot slot{index, Work::Slot::Kind::Tensor, {}};
-  auto ref = [](const at::Tensor& t) {
-    return t.defined() ? std::optional<TensorRef>(TensorRef::of(t)) : std::nullopt;
+void addSlot(Work& work, int index, const c10::IValue& v) {
+  Work::Slot& slot = work.slots.emplace_back();
+  slot.index = index;
+  slot.kind = Work::Slot::Kind::Tensor;
+  auto add = [&](const at::Tensor* t) {
+    std::optional<TensorRef>& ref = slot.refs.emplace_back();
+    if (t != nullptr && t->defined()) ref.emplace().capture(*t);
   };
   if (v.isTensor()) {
-    slot.refs.push_back(ref(v.toTensor()));
+    add(&v.toTensor());
   } else if (v.isTensorList()) {
     slot.kind = Work::Slot::Kind::TensorList;
-    for (const at::Tensor& t : v.toTensorList()) slot.refs.push_back(ref(t));
+    for (const at::Tensor& t : v.toTensorList()) add(&t);
   } else {
     slot.kind = Work::Slot::Kind::OptionalTensorList;
-    for (const c10::IValue& e : v.toListRef()) {
-      slot.refs.push_back(e.isTensor() ? ref(e.toTensor()) : std::nullopt);
-    }
+    for (const c10::IValue& e : v.toListRef()) add(e.isTensor() ? &e.toTensor() : nullptr);
   }
-  return slot;
 }
 
 void recordUses(const Stack& args, const SpyreStream& stream) {

@@ -12,6 +12,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include "aten/plan.h"
 #include "aten/tensor_ref.h"
@@ -40,20 +41,21 @@ class VerifiedSignatures {
 VerifiedSignatures& verifiedSignatures();
 
 // One launched op, as the engine sees it: the arguments with every tensor
-// replaced by a TensorRef, and the outputs to write.
+// replaced by a TensorRef, and the outputs to write. Built at every op: small
+// vectors keep the usual op (a few tensor arguments, one output) off the heap.
 struct Work {
   struct Slot {
     int index;  // argument position
     enum class Kind { Tensor, TensorList, OptionalTensorList } kind;
-    std::vector<std::optional<TensorRef>> refs;
+    c10::SmallVector<std::optional<TensorRef>, 1> refs;
   };
   c10::OperatorHandle cpu_op;
   bool out_variant;
   bool copy_results;
   Stack args;  // tensors replaced by None
-  std::vector<Slot> slots;
-  std::vector<std::vector<TensorRef>> outputs;  // per return (New ones only)
-  std::vector<bool> output_is_list;
+  c10::SmallVector<Slot, 3> slots;
+  c10::SmallVector<c10::SmallVector<TensorRef, 1>, 1> outputs;  // per return (New ones only)
+  c10::SmallVector<bool, 2> output_is_list;
   int num_threads;
   bool on_engine = false;
   // Set by run() when a result of the functional op is not the output the
@@ -82,8 +84,9 @@ struct Work {
   void run();
 };
 
-// The slot of a tensor argument at `index`: its tensors as TensorRefs.
-Work::Slot slotOf(int index, const c10::IValue& v);
+// Appends the slot of a tensor argument at `index` to `work`: its tensors as
+// TensorRefs, built in place.
+void addSlot(Work& work, int index, const c10::IValue& v);
 
 // Every spyre argument's block is used by work queued on `stream`.
 void recordUses(const Stack& args, const SpyreStream& stream);
