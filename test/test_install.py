@@ -70,6 +70,7 @@ def run(cmd, timeout, **kwargs):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # a clean build: 3-4 min on 2 quiet cores, 15+ under heavy load
 def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path):
     if shutil.which("git") is None or not os.path.exists(os.path.join(ROOT, ".git")):
         pytest.skip("needs a git checkout")
@@ -85,7 +86,7 @@ def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path):
     env.setdefault("MAX_JOBS", "2")
     dist = tmp_path / "dist"
     run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
-         "--disable-pip-version-check", "-w", str(dist), str(src)], timeout=3600, env=env)
+         "--disable-pip-version-check", "-w", str(dist), str(src)], timeout=2400, env=env)
     wheels = list(dist.glob("torch_spyre-*.whl"))
     assert len(wheels) == 1, wheels
     with zipfile.ZipFile(wheels[0]) as wheel:
