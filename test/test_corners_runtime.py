@@ -120,6 +120,10 @@ def test_the_legacy_profiler_hook_waits_without_consuming_a_stream_failure(tmp_p
         t = torch.spyre.Stream()
         gate = Gate()
         gate.block(t)
+        # The fault is for the next operation t runs: the gate must be running first.
+        deadline = time.monotonic() + 60
+        while gate.blocked_streams != 1:
+            assert time.monotonic() < deadline, "the gate never held t"
         inject_fault(t, "fault 6")
         with torch.spyre.stream(t):
             z = x * 3
