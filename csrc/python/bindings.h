@@ -40,5 +40,6 @@ void bindEvents(py::module_& m);            // event_bindings.cpp
 void bindGenerators(py::module_& m);        // generator_bindings.cpp
 void bindHostMemory(py::module_& m);        // memory_bindings.cpp
 void bindCompiledKernels(py::module_& m);   // compiled_kernel_bindings.cpp
+void bindCollectives(py::module_& m);      // collective_bindings.cpp (gloo, no Python objects)
 
 }  // namespace spyre::python

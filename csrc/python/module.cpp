@@ -45,5 +45,6 @@ PYBIND11_MODULE(_C, m) {
   bindDeviceProperties(m);
   bindHostMemory(m);
   bindCompiledKernels(m);
+  bindCollectives(m);
   bindFutures(m);
 }

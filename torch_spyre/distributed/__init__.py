@@ -47,7 +47,10 @@ Threads:
 - `spyreccl-completion` (one per group): in order, waits for each
   collective's gloo work (until every rank has done its part), enqueues the
   copies back on the communication stream, and completes the SpyreCCLWork.
-- gloo's own threads move the bytes.
+- gloo's own threads move the bytes. They never touch Python: every gloo
+  collective is issued through `gloo_calls.GlooCalls`, which hands gloo
+  aliases made in C++ (a tensor with a Python object would take the GIL when
+  gloo releases it, possibly during interpreter exit: std::terminate).
 
 Locks (none is held while waiting for a peer or the device):
 

@@ -9,6 +9,7 @@ from torch._C._distributed_c10d import ProcessGroup, ProcessGroupGloo, ReduceOp,
 
 from . import pipeline
 from .consistency import _Exchange, _refuse_mismatch
+from .gloo_calls import GlooCalls
 from .progress import _Progress
 from .staging import (
     _any_spyre,
@@ -94,11 +95,13 @@ class ProcessGroupSpyreCCL(ProcessGroup):
 
     def __init__(self, store, rank, size, timeout, group_name="", global_ranks_in_group=()):
         super().__init__(rank, size)
-        self._gloo = ProcessGroupGloo(store, rank, size, timeout)
-        self._gloo.options.global_ranks_in_group = list(global_ranks_in_group)
+        gloo = ProcessGroupGloo(store, rank, size, timeout)
+        gloo.options.global_ranks_in_group = list(global_ranks_in_group)
         if group_name:
-            self._gloo.options.group_name = group_name
-        self._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, self._gloo)
+            gloo.options.group_name = group_name
+        self._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, gloo)
+        # Every collective spyreccl issues goes through this (gloo_calls.py).
+        self._gloo = GlooCalls(gloo)
         self._set_default_backend(ProcessGroup.BackendType.GLOO)
         self._progress = _Progress(timeout)
         self._comm_stream = None
@@ -420,7 +423,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         self._progress.stop()
         if self._comm_stream is not None:
             self._comm_stream.synchronize()
-        self._gloo.shutdown()
+        self._gloo.backend.shutdown()
 
     # The other collectives and point-to-point ops of torch.distributed.
     reduce_scatter = _cpu_only("reduce_scatter", "reduce_scatter")
