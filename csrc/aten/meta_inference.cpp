@@ -7,17 +7,13 @@
 // the ops its composite kernel calls, reaches the fallback first, which picks
 // the C++ kernel; outside callMeta nothing ever reaches it.
 #include "aten/meta_inference.h"
+#include "aten/meta_rules.h"
 
 #include <unordered_map>
 
 #include <ATen/MetaFunctions.h>
 #include <ATen/Operators.h>
-#include <ATen/MemoryOverlap.h>
-#include <ATen/TensorIterator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/native/cpu/mixed_data_type.h>
-#include <ATen/native/layer_norm.h>
-#include <ATen/ops/empty.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
@@ -29,90 +25,6 @@ constexpr c10::DispatchKey kRoute = c10::DispatchKey::TESTING_ONLY_GenericMode;
 // A backend key nothing registers for: its dispatch table entries are the
 // ops' CompositeExplicitAutograd(NonFunctional) kernels.
 constexpr c10::DispatchKey kComposite = c10::DispatchKey::PrivateUse3;
-
-// relu has no C++ meta kernel (CPU's relu is clamp_min(self, 0)).
-at::Tensor reluMeta(const at::Tensor& self) {
-  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
-  return at::meta::clamp_min(self, 0);
-}
-
-at::Tensor& reluMeta_(at::Tensor& self) {
-  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
-  return at::meta::clamp_min_(self, 0);
-}
-
-// masked_fill_'s C++ meta kernel is not exported (nor are those of 18 other
-// in-place ops, which keep the Python one). CPU's masked_fill__cpu checks
-// these, then builds this TensorIterator (which checks the broadcast).
-at::Tensor& maskedFillMeta_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& /*value*/) {
-  TORCH_CHECK(mask.dtype() == at::ScalarType::Bool,
-              "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.dtype());
-  if (at::has_internal_overlap(self) == at::MemOverlap::Yes) {
-    TORCH_WARN(
-        "Use of masked_fill_ on expanded tensors is deprecated. "
-        "Please clone() the tensor before performing this operation. "
-        "This also applies to advanced indexing e.g. tensor[mask] = scalar");
-  }
-  at::assert_no_partial_overlap(self, mask);
-  at::TensorIteratorConfig()
-      .set_check_mem_overlap(false)
-      .check_all_same_dtype(false)
-      .resize_outputs(false)
-      .add_output(self)
-      .add_const_input(mask)
-      .build();
-  return self;
-}
-
-at::Tensor& maskedFillTensorMeta_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
-  TORCH_CHECK(value.dim() == 0,
-              "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
-              value.dim(), " dimension(s).");
-  return maskedFillMeta_(self, mask, at::Scalar(0));
-}
-
-// native_layer_norm and its backward have no C++ meta kernel; their
-// CompositeExplicitAutograd kernels reach native_batch_norm, which has none
-// either. These give what CPU's layer_norm_cpu and layer_norm_backward_cpu
-// allocate (same checks, contiguous outputs, float statistics for a reduced
-// float input with float parameters).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layerNormMeta(
-    const at::Tensor& input, c10::SymIntArrayRef normalized_shape_sym,
-    const std::optional<at::Tensor>& weight_opt, const std::optional<at::Tensor>& bias_opt,
-    double /*eps*/) {
-  const at::IntArrayRef normalized_shape = C10_AS_INTARRAYREF_SLOW(normalized_shape_sym);
-  const at::Tensor weight = weight_opt.value_or(at::Tensor());
-  const at::Tensor bias = bias_opt.value_or(at::Tensor());
-  const bool mixed_type = at::native::is_mixed_type(input, weight, bias);
-  if (mixed_type) at::native::check_mixed_data_type(input, weight, bias);
-  const int64_t m = at::native::_check_layer_norm_inputs(input, normalized_shape, weight, bias).first;
-  const auto stats = input.options().dtype(at::native::param_scalar_type(input, mixed_type));
-  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().end());
-  for (size_t i = stat_shape.size() - normalized_shape.size(); i < stat_shape.size(); ++i) {
-    stat_shape[i] = 1;
-  }
-  return {at::empty(input.sizes(), input.options(), at::MemoryFormat::Contiguous),
-          at::empty({m}, stats).view(stat_shape), at::empty({m}, stats).view(stat_shape)};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layerNormBackwardMeta(
-    const at::Tensor& /*grad_out*/, const at::Tensor& input, c10::SymIntArrayRef normalized_shape_sym,
-    const at::Tensor& /*mean*/, const at::Tensor& /*rstd*/,
-    const std::optional<at::Tensor>& weight_opt, const std::optional<at::Tensor>& bias_opt,
-    std::array<bool, 3> grad_input_mask) {
-  const at::IntArrayRef normalized_shape = C10_AS_INTARRAYREF_SLOW(normalized_shape_sym);
-  const at::Tensor weight = weight_opt.value_or(at::Tensor());
-  const at::Tensor bias = bias_opt.value_or(at::Tensor());
-  at::native::_check_layer_norm_inputs(input, normalized_shape, weight, bias);
-  auto like = [](const at::Tensor& t) {
-    return at::empty(t.sizes(), t.options(), at::MemoryFormat::Contiguous);
-  };
-  at::Tensor d_input, d_weight, d_bias;
-  if (grad_input_mask[0]) d_input = like(input);
-  if (grad_input_mask[1] && weight.defined()) d_weight = like(weight);
-  if (grad_input_mask[2] && bias.defined()) d_bias = like(bias);
-  return {d_input, d_weight, d_bias};
-}
 
 using Table = std::unordered_map<c10::OperatorName, c10::KernelFunction>;
 
@@ -129,20 +41,7 @@ const Table& cppMetaKernels() {
           static_cast<at::_ops::ops::schema*>(&at::meta::fn)));
 #include "aten/meta_kernels.inc"
 #undef META_KERNEL
-    add("aten::relu", "", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&reluMeta));
-    add("aten::relu_", "", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&reluMeta_));
-    add("aten::masked_fill_", "Scalar",
-        c10::KernelFunction::makeFromUnboxedRuntimeFunction(
-            static_cast<at::_ops::masked_fill__Scalar::schema*>(&maskedFillMeta_)));
-    add("aten::masked_fill_", "Tensor",
-        c10::KernelFunction::makeFromUnboxedRuntimeFunction(
-            static_cast<at::_ops::masked_fill__Tensor::schema*>(&maskedFillTensorMeta_)));
-    add("aten::native_layer_norm", "",
-        c10::KernelFunction::makeFromUnboxedRuntimeFunction(
-            static_cast<at::_ops::native_layer_norm::schema*>(&layerNormMeta)));
-    add("aten::native_layer_norm_backward", "",
-        c10::KernelFunction::makeFromUnboxedRuntimeFunction(
-            static_cast<at::_ops::native_layer_norm_backward::schema*>(&layerNormBackwardMeta)));
+    addMetaRules(add);  // written here for ops with no C++ meta kernel (meta_rules.h)
     return t;
   }();
   return *table;

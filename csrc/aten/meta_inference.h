@@ -18,9 +18,9 @@ namespace spyre {
 // every Meta dispatch inside it (the op's and the ops its composite kernel
 // calls) uses, in order: the op's C++ Meta kernel (at::meta::, also where
 // Python replaced it); one written here for ops with no C++ meta kernel
-// (relu, masked_fill_, native_layer_norm and its backward); the op's C++
+// (meta_rules.h: relu, where, var, native_batch_norm, ...); the op's C++
 // CompositeExplicitAutograd kernel; the Python meta kernel only for ops that
-// have none of these (~270, e.g. where.self, native_batch_norm, flip).
+// have none of these (~255, e.g. roll, index_select).
 void callMeta(const c10::OperatorHandle& op, torch::jit::Stack& stack);
 
 }  // namespace spyre
