@@ -79,6 +79,7 @@ from .random import (  # noqa: E402
     set_rng_state,
     set_rng_state_all,
 )
+from . import sanitizer  # noqa: E402
 from .streams import (  # noqa: F401,E402
     Stream,
     StreamContext,
@@ -162,4 +163,5 @@ def __getattr__(name):
 
 _register()
 _register_spyreccl()
+sanitizer._enable_from_environment()
 _compile.register_when_dynamo_loads()

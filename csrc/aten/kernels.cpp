@@ -25,6 +25,7 @@
 #include "device/dtypes.h"
 #include "device/generator.h"
 #include "runtime/runtime.h"
+#include "sanitizer/accesses.h"
 #include "runtime/stream.h"
 
 namespace spyre {
@@ -148,6 +149,12 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
   bool host_recorded = false;
   if (nbytes == 0) {
     return true;
+  }
+  if (sanitizer::enabled()) {
+    std::vector<sanitizer::Access> accesses;
+    sanitizer::addTensor(accesses, src, /*write=*/false);
+    sanitizer::addTensor(accesses, dst, /*write=*/true);
+    sanitizer::onLaunch(stream.id(), src.is_cpu() ? "H2D" : dst.is_cpu() ? "D2H" : "D2D", accesses);
   }
   if (src.is_cpu() || dst.is_cpu()) {
     const at::Tensor& host = src.is_cpu() ? src : dst;
@@ -279,6 +286,11 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   const size_t nbytes = self.numel() * self.element_size();
   if (nbytes == 0) {
     return self;
+  }
+  if (sanitizer::enabled()) {
+    std::vector<sanitizer::Access> accesses;
+    sanitizer::addTensor(accesses, self, /*write=*/true);
+    sanitizer::onLaunch(stream.id(), "aten::fill_.Scalar", accesses);
   }
   const auto fill = self.is_non_overlapping_and_dense() && !self.is_conj() && !self.is_neg()
                         ? deviceFill(self.scalar_type(), value)

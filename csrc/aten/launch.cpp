@@ -21,6 +21,7 @@
 #include "aten/tensor_ref.h"
 #include "aten/work.h"
 #include "runtime/runtime.h"
+#include "sanitizer/accesses.h"
 
 namespace spyre {
 
@@ -121,6 +122,15 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     returns.push_back(std::move(value));
   }
   if (plan->computes) {
+    if (sanitizer::enabled()) {
+      c10::SmallVector<c10::IValue, 2> fresh;  // new outputs: written
+      for (size_t k = 0; k < plan->outputs.size(); ++k) {
+        const OutputSpec::Kind kind = plan->outputs[k].kind;
+        if (kind != OutputSpec::Kind::Argument && kind != OutputSpec::Kind::View) fresh.push_back(returns[k]);
+      }
+      sanitizer::onLaunch(stream.id(), sanitizer::opName(compute_op),
+                          sanitizer::opAccesses(compute_op.schema(), args, fresh));
+    }
     // Room for the out= variant's outputs too: the engine appends them.
     work->args.reserve(args.size() + plan->outputs.size());
     for (size_t i = 0; i < args.size(); ++i) {

@@ -9,6 +9,7 @@
 
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
+#include "sanitizer/tracker.h"
 
 namespace spyre {
 
@@ -261,10 +262,13 @@ void DeviceCachingAllocator::insertEventsLocked(DeviceBlock* block) {
     bool pending = true;
     try {
       event->record(handle);
+      sanitizer::onEventRecord(event.get(), id);
       pending = !event->query();  // idle: nothing launched on it can still touch the block
+      if (!pending) sanitizer::onEventComplete(event.get());
     } catch (const flex::Error&) {
       pending = false;  // failed stream, shut down or forked: its queued work is gone
     }
+    if (!pending) sanitizer::onEventDestroy(event.get());
     if (pending) {
       events_[id].push_back({std::move(event), block});
       ++block->event_count;
@@ -278,6 +282,9 @@ void DeviceCachingAllocator::processEventsLocked() {
     auto& queue = it->second;
     // A stream completes its events in record order: stop at the first pending one.
     while (!queue.empty() && queue.front().event->query()) {
+      // The block's reuse is ordered after the uses the event covers.
+      sanitizer::onEventComplete(queue.front().event.get());
+      sanitizer::onEventDestroy(queue.front().event.get());
       DeviceBlock* block = queue.front().block;
       queue.pop_front();
       if (--block->event_count == 0 && !block->deferred) freeBlockLocked(block);

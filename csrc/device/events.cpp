@@ -8,6 +8,7 @@
 
 #include "runtime/host_wait.h"
 #include "runtime/stream.h"
+#include "sanitizer/tracker.h"
 
 namespace spyre {
 namespace {
@@ -31,6 +32,7 @@ void recordEvent(void** event, const c10::Stream& stream, c10::DeviceIndex devic
   flex::RuntimeStream* handle = SpyreStream(stream).resolveRuntimeHandle();
   if (*event != nullptr) {
     asEvent(*event)->record(handle);
+    sanitizer::onEventRecord(*event, stream.id());
     return;
   }
   // Published only once recorded: if the record throws (a stream in error
@@ -39,26 +41,33 @@ void recordEvent(void** event, const c10::Stream& stream, c10::DeviceIndex devic
       /*enable_timing=*/flag == c10::EventFlag::BACKEND_DEFAULT);
   created->record(handle);
   *event = created.release();
+  sanitizer::onEventRecord(*event, stream.id());
 }
 
 void blockStreamOnEvent(void* event, const c10::Stream& stream) {
   if (event != nullptr) {
     RECORD_FUNCTION("spyre::wait_event", c10::ArrayRef<const c10::IValue>{});
     asEvent(event)->wait(SpyreStream(stream).resolveRuntimeHandle());
+    sanitizer::onStreamWaitEvent(stream.id(), event);
   }
 }
 
 bool queryEvent(void* event) {
-  return event == nullptr || asEvent(event)->query();
+  if (event == nullptr) return true;
+  const bool done = asEvent(event)->query();
+  if (done) sanitizer::onEventComplete(event);  // the host now knows
+  return done;
 }
 
 void synchronizeEvent(void* event) {
   if (event != nullptr) {
     waitForDevice([event] { asEvent(event)->synchronize(); });
+    sanitizer::onEventComplete(event);
   }
 }
 
 void destroyEvent(void* event) noexcept {
+  sanitizer::onEventDestroy(event);
   delete asEvent(event);
 }
 

@@ -20,6 +20,7 @@
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
+#include "sanitizer/tracker.h"
 
 namespace spyre {
 
@@ -243,12 +244,15 @@ int SpyreStream::priority() const {
 }
 
 bool SpyreStream::query() const {
-  return resolveRuntimeHandle()->query();
+  const bool done = resolveRuntimeHandle()->query();
+  if (done) sanitizer::onStreamComplete(id());  // the host now knows
+  return done;
 }
 
 void SpyreStream::synchronize() const {
   flex::RuntimeStream* handle = resolveRuntimeHandle();
   waitForDevice([handle] { handle->synchronize(); });
+  sanitizer::onStreamComplete(id());
 }
 
 SpyreStreamError SpyreStream::getError() const {
@@ -418,6 +422,7 @@ void synchronizeDevice(c10::DeviceIndex device) {
       std::rethrow_exception(first_error);
     }
   });
+  sanitizer::onDeviceComplete();
 }
 
 bool drainDevice(c10::DeviceIndex device, std::string& consumed) {

@@ -1,0 +1,305 @@
+// The stream sanitizer's core (tracker.h).
+#include "sanitizer/tracker.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+#include "sanitizer/python_side.h"
+
+namespace spyre::sanitizer {
+namespace detail {
+std::atomic<int> g_mode{0};
+}  // namespace detail
+
+namespace {
+
+using Tick = uint64_t;
+
+struct Clock {
+  std::unordered_map<int64_t, Tick> ticks;
+  Tick of(int64_t stream) const {
+    auto it = ticks.find(stream);
+    return it == ticks.end() ? 0 : it->second;
+  }
+  void merge(const Clock& other) {
+    for (const auto& [stream, tick] : other.ticks) {
+      Tick& mine = ticks[stream];
+      mine = std::max(mine, tick);
+    }
+  }
+};
+
+using Interval = std::pair<uintptr_t, uintptr_t>;  // [first, last)
+
+// Beyond this many elements a tensor's bytes are taken as one interval, its
+// bounding range (a strided view that large is then treated as dense).
+constexpr int64_t kExactElements = 1 << 16;
+
+int64_t numel(const Bytes& b) {
+  int64_t n = 1;
+  for (int64_t s : b.sizes) n *= s;
+  return n;
+}
+
+Interval bounds(const Bytes& b) {
+  int64_t lo = 0;
+  int64_t hi = 0;
+  for (size_t k = 0; k < b.sizes.size(); ++k) {
+    const int64_t span = (b.sizes[k] - 1) * b.strides[k];
+    (span < 0 ? lo : hi) += span;
+  }
+  return {b.origin + lo * b.itemsize, b.origin + (hi + 1) * b.itemsize};
+}
+
+// The tensor's bytes as sorted, merged intervals.
+std::vector<Interval> intervals(const Bytes& b) {
+  const int64_t n = numel(b);
+  if (n == 0) return {};
+  if (n > kExactElements) return {bounds(b)};
+  std::vector<Interval> out;
+  out.reserve(static_cast<size_t>(n));
+  const size_t dims = b.sizes.size();
+  c10::SmallVector<int64_t, 5> index(dims, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t offset = 0;
+    for (size_t k = 0; k < dims; ++k) offset += index[k] * b.strides[k];
+    const uintptr_t first = b.origin + offset * b.itemsize;
+    out.emplace_back(first, first + b.itemsize);
+    for (size_t k = dims; k-- > 0;) {
+      if (++index[k] < b.sizes[k]) break;
+      index[k] = 0;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  std::vector<Interval> merged;
+  for (const Interval& iv : out) {
+    if (!merged.empty() && iv.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, iv.second);
+    } else {
+      merged.push_back(iv);
+    }
+  }
+  return merged;
+}
+
+// The first bytes both hold, or {0, 0}.
+Interval firstOverlap(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  size_t i = 0;
+  size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    const uintptr_t first = std::max(a[i].first, b[j].first);
+    const uintptr_t last = std::min(a[i].second, b[j].second);
+    if (first < last) return {first, last};
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return {0, 0};
+}
+
+bool covers(const std::vector<Interval>& outer, const std::vector<Interval>& inner) {
+  size_t i = 0;
+  for (const Interval& iv : inner) {
+    while (i < outer.size() && outer[i].second <= iv.first) ++i;
+    if (i == outer.size() || outer[i].first > iv.first || outer[i].second < iv.second) return false;
+  }
+  return true;
+}
+
+struct Record {
+  std::vector<Interval> bytes;
+  Interval span;
+  std::string what;
+  bool write;
+  int64_t stream;
+  Tick tick;
+  std::string op;
+  std::string stack;
+};
+
+struct State {
+  std::mutex mutex;
+  std::unordered_map<int64_t, Clock> streams;
+  std::unordered_map<const void*, Clock> events;
+  Clock host;
+  std::vector<Record> records;
+
+  Clock& stream(int64_t id) { return streams[id]; }
+
+  // The host knows these finished: every later launch is ordered after them.
+  void forgetCompleted() {
+    records.erase(std::remove_if(records.begin(), records.end(),
+                                 [&](const Record& r) { return host.of(r.stream) >= r.tick; }),
+                  records.end());
+  }
+};
+
+State& state() {
+  static auto* s = new State();  // leaked: launches may come during exit
+  return *s;
+}
+
+std::string hex(uintptr_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+const char* kindOf(bool earlier_write, bool later_write) {
+  if (earlier_write && later_write) return "write-after-write";
+  return earlier_write ? "read-after-write" : "write-after-read";
+}
+
+std::string report(const Record& earlier, const Record& later, Interval overlap) {
+  std::ostringstream m;
+  m << "spyre sanitizer: unsynchronized access (" << kindOf(earlier.write, later.write)
+    << ") on spyre:0\n"
+    << "  this access:    " << later.op << (later.write ? " writes " : " reads ") << later.what
+    << " on stream id=" << later.stream << "\n"
+    << "  earlier access: " << earlier.op << (earlier.write ? " writes " : " reads ") << earlier.what
+    << " on stream id=" << earlier.stream << ", not ordered before it\n"
+    << "  overlapping bytes: [" << hex(overlap.first) << ", " << hex(overlap.second) << ") ("
+    << (overlap.second - overlap.first) << " bytes)\n"
+    << "  earlier access launched at:\n"
+    << (earlier.stack.empty() ? "    (no Python frames)\n" : earlier.stack)
+    << "  this access launched at:\n"
+    << (later.stack.empty() ? "    (no Python frames)\n" : later.stack);
+  if (later.stream == earlier.stream) {
+    m << "  fix: the two accesses are on one stream; this cannot happen (a sanitizer bug)\n";
+  } else {
+    m << "  fix: order stream id=" << later.stream << " after stream id=" << earlier.stream
+      << " before this access (torch.spyre.current_stream().wait_stream(s) with s the stream id="
+      << earlier.stream << ", or an Event recorded on it after the earlier access and waited"
+      << " on), or synchronize; if the earlier access's tensor was freed, record_stream() it"
+      << " on stream id=" << earlier.stream << " before freeing it\n";
+  }
+  return m.str();
+}
+
+}  // namespace
+
+void setMode(Mode m) {
+  if (m == Mode::Off) reset();
+  detail::g_mode.store(static_cast<int>(m), std::memory_order_relaxed);
+}
+
+Mode mode() {
+  return static_cast<Mode>(detail::g_mode.load(std::memory_order_relaxed));
+}
+
+void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses) {
+  if (!enabled()) return;
+  std::string stack = pythonStack();  // before the lock: it may take the GIL
+  std::vector<Record> mine;
+  mine.reserve(accesses.size());
+  for (const Access& a : accesses) {
+    Record r{intervals(a.bytes), bounds(a.bytes), a.bytes.what, a.write, stream_id, 0, op, stack};
+    if (!r.bytes.empty()) mine.push_back(std::move(r));
+  }
+  std::string problem;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    Clock& clock = s.stream(stream_id);
+    clock.merge(s.host);
+    const Tick tick = clock.of(stream_id) + 1;
+    for (const Record& now : mine) {
+      for (const Record& before : s.records) {
+        if (!(now.write || before.write)) continue;
+        if (clock.of(before.stream) >= before.tick) continue;  // ordered before
+        if (before.stream == stream_id) continue;             // stream order
+        if (before.span.second <= now.span.first || now.span.second <= before.span.first) continue;
+        const Interval overlap = firstOverlap(before.bytes, now.bytes);
+        if (overlap.first == overlap.second) continue;
+        problem = report(before, now, overlap);
+        break;
+      }
+      if (!problem.empty()) break;
+    }
+    if (problem.empty() || mode() == Mode::Warn) {
+      clock.ticks[stream_id] = tick;
+      for (Record& now : mine) {
+        now.tick = tick;
+        // A later access of the same stream that covers an earlier one takes
+        // its place: anything racing with the earlier one races with it.
+        s.records.erase(std::remove_if(s.records.begin(), s.records.end(),
+                                       [&](const Record& r) {
+                                         return r.stream == stream_id && (now.write || !r.write) &&
+                                                covers(now.bytes, r.bytes);
+                                       }),
+                        s.records.end());
+        s.records.push_back(std::move(now));
+      }
+    }
+  }
+  if (problem.empty()) return;
+  if (mode() == Mode::Warn) {
+    std::fputs(problem.c_str(), stderr);
+    std::fflush(stderr);
+    return;
+  }
+  raiseUnsynchronizedAccess(problem);
+}
+
+void onEventRecord(const void* event, int64_t stream) {
+  if (!enabled()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Clock& clock = s.stream(stream);
+  clock.merge(s.host);
+  s.events[event] = clock;
+}
+
+void onStreamWaitEvent(int64_t stream, const void* event) {
+  if (!enabled()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.events.find(event);
+  if (it != s.events.end()) s.stream(stream).merge(it->second);
+}
+
+void onEventComplete(const void* event) {
+  if (!enabled()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.events.find(event);
+  if (it == s.events.end()) return;
+  s.host.merge(it->second);
+  s.forgetCompleted();
+}
+
+void onEventDestroy(const void* event) {
+  if (!enabled()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.events.erase(event);
+}
+
+void onStreamComplete(int64_t stream) {
+  if (!enabled()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.host.merge(s.stream(stream));
+  s.forgetCompleted();
+}
+
+void onDeviceComplete() {
+  if (!enabled()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (const auto& [id, clock] : s.streams) s.host.merge(clock);
+  s.forgetCompleted();
+}
+
+void reset() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.streams.clear();
+  s.events.clear();
+  s.host = Clock();
+  s.records.clear();
+}
+
+}  // namespace spyre::sanitizer

@@ -1,0 +1,78 @@
+// The stream sanitizer's core (docs/sanitizer.md): which device bytes each
+// queued operation reads and writes, and what is ordered before what.
+//
+// Ordering is a vector clock per stream: every operation queued on stream s
+// ticks s's own entry and is stamped (s, tick). Waiting for an event merges the
+// clock the event captured at its record; a host wait (stream, event or device
+// synchronize, a query that answers "done") merges into the host's clock, and
+// every later launch on any stream merges the host's clock first. An earlier
+// access (s, e) is ordered before a later one on stream t iff t's clock holds
+// s >= e. Two accesses to overlapping bytes, at least one a write, that are not
+// ordered are a race, reported when the later one is launched (on the host, at
+// the call: deterministic, whatever the engines do).
+//
+// Accesses are kept by byte address, not by tensor or storage, and are kept
+// when the memory is freed: a block handed to a new owner while an earlier
+// access on another stream is not ordered before the new owner's access is a
+// race like any other. An access is forgotten once the host knows it finished
+// or a later access of its own stream covers it.
+//
+// No ATen here: callers describe tensors as strided byte sets (accesses.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <c10/util/SmallVector.h>
+
+namespace spyre::sanitizer {
+
+enum class Mode : int { Off = 0, Raise = 1, Warn = 2 };
+
+namespace detail {
+extern std::atomic<int> g_mode;
+}  // namespace detail
+
+// The only cost when the sanitizer is off: one relaxed load per launch.
+inline bool enabled() {
+  return detail::g_mode.load(std::memory_order_relaxed) != 0;
+}
+
+void setMode(Mode mode);
+Mode mode();
+
+// The bytes of one tensor: elements of `itemsize` bytes at
+// origin + sum(index_k * strides_k) * itemsize.
+struct Bytes {
+  uintptr_t origin = 0;
+  int64_t itemsize = 0;
+  c10::SmallVector<int64_t, 5> sizes;
+  c10::SmallVector<int64_t, 5> strides;
+  std::string what;  // "float32[4, 4]"
+};
+
+struct Access {
+  Bytes bytes;
+  bool write = false;
+};
+
+// Called on the launching thread before an operation named `op` (as the
+// profiler names it: "aten::mul.Tensor", "H2D", ...) is queued on stream
+// `stream`. Raises (Mode::Raise) or prints (Mode::Warn) a report when an
+// access races with an earlier one; nothing is queued then in raise mode.
+void onLaunch(int64_t stream, const std::string& op, const std::vector<Access>& accesses);
+
+// Ordering edges.
+void onEventRecord(const void* event, int64_t stream);
+void onStreamWaitEvent(int64_t stream, const void* event);
+void onEventComplete(const void* event);  // synchronize, or a query that answered true
+void onEventDestroy(const void* event);
+void onStreamComplete(int64_t stream);  // synchronize, or a query that answered true
+void onDeviceComplete();
+
+// Forgets every access and clock (tests; the runtime's restart).
+void reset();
+
+}  // namespace spyre::sanitizer

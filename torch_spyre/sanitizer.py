@@ -1,0 +1,49 @@
+"""The stream sanitizer: reports device accesses that race across streams
+(docs/sanitizer.md).
+
+Every operation queued on a spyre stream (eager ops, copies, fills) is checked
+at the call, on the host, against the earlier accesses to the same device
+bytes: two accesses, at least one a write, that no stream order, event,
+`wait_stream` or host wait orders are a race. `mode="raise"` raises
+`UnsynchronizedAccessError` from the call that launched the later access
+(nothing is queued); `mode="warn"` prints the same report to stderr and goes
+on. `TORCH_SPYRE_SANITIZER=1` in the environment enables it (raise mode) at
+`import torch`.
+"""
+
+import os
+
+from . import _C
+
+__all__ = ["UnsynchronizedAccessError", "enable", "disable", "is_enabled"]
+
+_MODES = {"raise": 1, "warn": 2}
+
+
+class UnsynchronizedAccessError(RuntimeError):
+    """Two accesses to the same device bytes, at least one a write, that
+    nothing orders (the message names both, where each was launched, and a fix)."""
+
+
+def enable(mode: str = "raise") -> None:
+    """Start checking every launch (forgets nothing while on)."""
+    if mode not in _MODES:
+        raise ValueError(f"sanitizer mode must be one of {sorted(_MODES)}, got {mode!r}")
+    _C._sanitizer_set_mode(_MODES[mode])
+
+
+def disable() -> None:
+    """Stop checking, and forget every recorded access."""
+    _C._sanitizer_set_mode(0)
+
+
+def is_enabled() -> bool:
+    return _C._sanitizer_mode() != 0
+
+
+def _enable_from_environment() -> None:
+    value = os.environ.get("TORCH_SPYRE_SANITIZER", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"TORCH_SPYRE_SANITIZER must be 0 or 1, got {value!r}")
+    if value == "1":
+        enable("raise")
