@@ -84,7 +84,10 @@ def test_error_mode_raises_and_leaves_the_device_usable(name, setup, call, expec
     torch.spyre.set_sync_debug_mode("error")
     with pytest.raises(RuntimeError, match=message):
         call(*args)
-    # The stream still works: a following op, its value read by explicit waits.
+    # The stream still works: no error latched, a following op, its value read
+    # by explicit waits.
+    stream = torch.spyre.current_stream()
+    assert torch.spyre.stream_get_error(stream) == torch.spyre.SpyreStreamError.Success
     y = torch.full((2,), 4.0, device="spyre") * 2
     torch.spyre.synchronize()
     assert pinned_copy(y) == [8.0, 8.0]
