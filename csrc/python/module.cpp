@@ -46,5 +46,6 @@ PYBIND11_MODULE(_C, m) {
   bindHostMemory(m);
   bindCompiledKernels(m);
   bindCollectives(m);
+  bindSyncDebug(m);
   bindFutures(m);
 }
