@@ -11,7 +11,7 @@ from conftest import run_python
 
 # The package's own submodules: torch.cuda has memory/random/streams too.
 SUBMODULES = {"distributed", "errors", "events", "memory", "profiler", "random", "streams",
-              "testing"}
+              "sync_debug", "testing"}
 
 
 def test_dir_is_the_api_and_the_package_submodules():
@@ -34,7 +34,7 @@ def test_dir_in_a_fresh_process_has_no_stray_module():
                      and isinstance(getattr(torch.spyre, n), types.ModuleType)))
         """
     )
-    assert proc.stdout.strip() == "['errors', 'events', 'memory', 'random', 'streams']"
+    assert proc.stdout.strip() == "['errors', 'events', 'memory', 'random', 'streams', 'sync_debug']"
 
 
 CUDA_NAMES = [
@@ -46,7 +46,7 @@ CUDA_NAMES = [
     "memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats", "seed",
     "seed_all", "set_device", "set_rng_state", "set_rng_state_all", "synchronize",
     "Event", "Stream", "StreamContext", "current_stream", "default_stream", "set_stream",
-    "stream", "host_memory_stats",
+    "stream", "host_memory_stats", "get_sync_debug_mode", "set_sync_debug_mode",
 ]
 
 

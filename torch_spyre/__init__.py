@@ -90,6 +90,7 @@ from .streams import (  # noqa: F401,E402
     set_stream,
     stream,
 )
+from .sync_debug import get_sync_debug_mode, set_sync_debug_mode  # noqa: E402
 
 __all__ = [
     # device
@@ -111,6 +112,8 @@ __all__ = [
     # errors
     "SpyreDeviceState", "SpyreStreamError", "get_device_state", "stream_get_error",
     "stream_get_error_string",
+    # sync debug mode
+    "get_sync_debug_mode", "set_sync_debug_mode",
 ]
 
 

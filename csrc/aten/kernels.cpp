@@ -27,6 +27,7 @@
 #include "runtime/runtime.h"
 #include "sanitizer/accesses.h"
 #include "runtime/stream.h"
+#include "runtime/sync_debug.h"
 
 namespace spyre {
 namespace {
@@ -199,7 +200,10 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
 
 namespace {
 
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+// `check_sync`: false when the caller checked the implicit wait itself
+// (.item(), which names itself in the sync debug message).
+at::Tensor copyTensor(const at::Tensor& self, const at::Tensor& dst, bool non_blocking,
+                        bool check_sync) {
   const bool src_spyre = self.is_privateuseone();
   const bool dst_spyre = dst.is_privateuseone();
   TORCH_CHECK((src_spyre || self.is_cpu()) && (dst_spyre || dst.is_cpu()),
@@ -220,18 +224,29 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (src_spyre && dst_spyre) {
     at::assert_no_partial_overlap(dst, self);
   }
-  const SpyreStream stream = getCurrentStream(index);
-  const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
-  const bool host_recorded = launchCopy(stream, src, dst);
   // Device-to-device copies are stream ordered like any device work. A copy
   // that touches pageable host memory completes before returning, as on CUDA;
   // only a non_blocking copy with pinned host memory returns at once (the
   // host allocator keeps its block until the copy ran).
   const bool touches_host = !(src_spyre && dst_spyre);
+  // A blocking copy is an implicit wait (CUDA flags it too); checked before
+  // anything is queued. A non_blocking one the user asked for is not flagged,
+  // even from pageable memory, where it waits as well (as CUDA).
+  if (touches_host && !non_blocking && check_sync) {
+    checkImplicitSync(src_spyre ? "a blocking copy from spyre to cpu"
+                                : "a blocking copy from cpu to spyre");
+  }
+  const SpyreStream stream = getCurrentStream(index);
+  const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
+  const bool host_recorded = launchCopy(stream, src, dst);
   if (touches_host && !(non_blocking && host_recorded)) {
     stream.synchronize();
   }
   return dst;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  return copyTensor(self, dst, non_blocking, /*check_sync=*/true);
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
@@ -240,8 +255,9 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
+  checkImplicitSync("aten::_local_scalar_dense (.item())");
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
-  copy_from(self.reshape({}), host, /*non_blocking=*/false);
+  copyTensor(self.reshape({}), host, /*non_blocking=*/false, /*check_sync=*/false);
   return at::native::_local_scalar_dense_cpu(host);
 }
 

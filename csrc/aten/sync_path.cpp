@@ -13,6 +13,7 @@
 #include "aten/tensor_ref.h"
 #include "device/generator.h"
 #include "runtime/stream.h"
+#include "runtime/sync_debug.h"
 
 namespace spyre::launch {
 namespace {
@@ -112,6 +113,8 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
   const c10::FunctionSchema& schema = op.schema();
   const auto& arguments = schema.arguments();
   Stack args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  // An implicit wait (sync debug mode), flagged before anything happens.
+  checkImplicitSync(schema.name().c_str());
   const SpyreStream stream = getCurrentStream(device);
   stream.synchronize();  // the host reads the arguments
   Stack host;

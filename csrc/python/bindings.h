@@ -42,5 +42,6 @@ void bindHostMemory(py::module_& m);        // memory_bindings.cpp
 void bindCompiledKernels(py::module_& m);   // compiled_kernel_bindings.cpp
 void bindCollectives(py::module_& m);      // collective_bindings.cpp (gloo, no Python objects)
 void bindSanitizer(py::module_& m);        // sanitizer_bindings.cpp
+void bindSyncDebug(py::module_& m);        // sync_debug_bindings.cpp
 
 }  // namespace spyre::python

@@ -47,5 +47,6 @@ PYBIND11_MODULE(_C, m) {
   bindCompiledKernels(m);
   bindCollectives(m);
   bindSanitizer(m);
+  bindSyncDebug(m);
   bindFutures(m);
 }
