@@ -292,7 +292,7 @@ def test_model_forward_and_training_match_eager(make, kwargs):
 def test_compiled_kernel_arguments_are_checked():
     with pytest.raises(ValueError, match=r"compiled kernel k: null entry point"):
         _C._CompiledKernel(0, "p", "k")
-    with pytest.raises(ValueError, match=r"argument kind 'x' is not one of p \(pointer\)"):
+    with pytest.raises(ValueError, match=r"argument kind 'x' is not one of p \(pointer\), r \(read-only pointer\)"):
         _C._CompiledKernel(1, "px", "k")
     kernel = _C._CompiledKernel(1, "pi", "k")  # never launched: every call below is refused
     with pytest.raises(TypeError, match=r"compiled kernel k takes 2 arguments, got 1"):

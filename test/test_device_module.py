@@ -10,7 +10,7 @@ import torch_spyre
 from conftest import run_python
 
 # The package's own submodules: torch.cuda has memory/random/streams too.
-SUBMODULES = {"distributed", "errors", "events", "memory", "profiler", "random", "streams",
+SUBMODULES = {"distributed", "errors", "events", "memory", "profiler", "random", "sanitizer", "streams",
               "sync_debug", "testing"}
 
 
@@ -34,7 +34,7 @@ def test_dir_in_a_fresh_process_has_no_stray_module():
                      and isinstance(getattr(torch.spyre, n), types.ModuleType)))
         """
     )
-    assert proc.stdout.strip() == "['errors', 'events', 'memory', 'random', 'streams', 'sync_debug']"
+    assert proc.stdout.strip() == "['errors', 'events', 'memory', 'random', 'sanitizer', 'streams', 'sync_debug']"
 
 
 CUDA_NAMES = [

@@ -24,6 +24,7 @@ import torch as _torch  # noqa: E402
 # Loading _C registers the device guard, hooks, allocators and kernels.
 from . import _C, _compile  # noqa: F401,E402
 from . import _autograd_exit  # noqa: F401,E402  (clean exit after backward)
+from . import _module_alias  # noqa: E402
 # _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
 from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,
@@ -123,6 +124,7 @@ def _register() -> None:
         return
     _torch.utils.rename_privateuse1_backend("spyre")
     _torch._register_device_module("spyre", _sys.modules[__name__])
+    _module_alias.install()  # torch.spyre.X is torch_spyre.X
     _torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 
 

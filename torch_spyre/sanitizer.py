@@ -1,14 +1,15 @@
 """The stream sanitizer: reports device accesses that race across streams
 (docs/sanitizer.md).
 
-Every operation queued on a spyre stream (eager ops, copies, fills) is checked
+Every operation queued on a spyre stream (eager ops, copies, fills, compiled
+kernels) is checked
 at the call, on the host, against the earlier accesses to the same device
 bytes: two accesses, at least one a write, that no stream order, event,
 `wait_stream` or host wait orders are a race. `mode="raise"` raises
 `UnsynchronizedAccessError` from the call that launched the later access
 (nothing is queued); `mode="warn"` prints the same report to stderr and goes
-on. `TORCH_SPYRE_SANITIZER=1` in the environment enables it (raise mode) at
-`import torch`.
+on. `TORCH_SPYRE_SANITIZER=1` in the environment enables it at `import torch`
+(`warn`: in warn mode).
 """
 
 import os
@@ -42,8 +43,9 @@ def is_enabled() -> bool:
 
 
 def _enable_from_environment() -> None:
-    value = os.environ.get("TORCH_SPYRE_SANITIZER", "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"TORCH_SPYRE_SANITIZER must be 0 or 1, got {value!r}")
-    if value == "1":
-        enable("raise")
+    """TORCH_SPYRE_SANITIZER: 1 raises, warn warns, 0 or unset or empty is off."""
+    value = os.environ.get("TORCH_SPYRE_SANITIZER", "")
+    if value not in ("", "0", "1", "warn"):
+        raise ValueError(f"TORCH_SPYRE_SANITIZER must be 0, 1 or warn, got {value!r}")
+    if value in ("1", "warn"):
+        enable("raise" if value == "1" else "warn")

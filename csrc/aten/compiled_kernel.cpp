@@ -6,23 +6,28 @@
 #include <c10/util/SmallVector.h>
 
 #include "aten/engine_team.h"
+#include "aten/sanitizer_accesses.h"
 #include "aten/stream_uses.h"
 
 namespace spyre {
+namespace {
+bool isPointer(char kind) { return kind == 'p' || kind == 'r'; }
+}  // namespace
 
 CompiledKernel::CompiledKernel(uintptr_t entry, std::string kinds, std::string name)
     : entry_(reinterpret_cast<Entry>(entry)), kinds_(std::move(kinds)), name_(std::move(name)) {
   TORCH_CHECK_VALUE(entry_ != nullptr, "compiled kernel ", name_, ": null entry point");
   for (const char kind : kinds_) {
-    TORCH_CHECK_VALUE(kind == 'p' || kind == 'i' || kind == 'f' || kind == 'd',
+    TORCH_CHECK_VALUE(kind == 'p' || kind == 'r' || kind == 'i' || kind == 'f' || kind == 'd',
                       "compiled kernel ", name_, ": argument kind '", kind,
-                      "' is not one of p (pointer), i (int64), f (float), d (double)");
+                      "' is not one of p (pointer), r (read-only pointer), i (int64), f (float),"
+                      " d (double)");
   }
 }
 
 void CompiledKernel::setTensor(Arguments& args, size_t index, const at::Tensor& t,
                                const SpyreStream& stream) const {
-  TORCH_INTERNAL_ASSERT(index < args.slots.size() && kinds_[index] == 'p');
+  TORCH_INTERNAL_ASSERT(index < args.slots.size() && isPointer(kinds_[index]));
   if (t.is_cpu() && t.dim() == 0) {
     std::array<char, 16> value{};
     TORCH_INTERNAL_ASSERT(t.element_size() <= static_cast<int64_t>(value.size()));
@@ -34,6 +39,7 @@ void CompiledKernel::setTensor(Arguments& args, size_t index, const at::Tensor& 
                     index, " is on ", t.device(), ", expected ", stream.device(),
                     " (or a 0-dim CPU tensor)");
   recordUse(t, stream);
+  if (sanitizer::enabled()) sanitizer::addTensor(args.accesses, t, /*write=*/kinds_[index] == 'p');
   args.slots[index] = reinterpret_cast<uintptr_t>(t.data_ptr());
   args.bytes += t.nbytes();
 }
@@ -42,6 +48,7 @@ void CompiledKernel::launch(const SpyreStream& stream, Arguments args) const {
   TORCH_INTERNAL_ASSERT(args.slots.size() == kinds_.size());
   checkEngineTeamSetting();
   const size_t bytes = args.bytes;
+  if (sanitizer::enabled()) sanitizer::onLaunch(stream.id(), name_, args.accesses);
   // The library holding the entry point is never unloaded (ctypes does not
   // dlclose), so queued work may outlive this object.
   stream.launchCompute(

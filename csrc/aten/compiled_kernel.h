@@ -19,6 +19,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "runtime/sanitizer.h"
 #include "runtime/stream.h"
 
 namespace spyre {
@@ -38,9 +39,11 @@ class CompiledKernel {
     // work's own copy when it runs.
     std::vector<std::pair<size_t, std::array<char, 16>>> scalars;
     size_t bytes = 0;  // device bytes the kernel touches (for the stream's accounting)
+    std::vector<sanitizer::Access> accesses;  // filled only while the sanitizer is on
   };
 
-  // `kinds` has one letter per argument: 'p' a device pointer, 'i' int64,
+  // `kinds` has one letter per argument: 'p' a device pointer the kernel
+  // writes, 'r' one it only reads (a const pointer), 'i' int64,
   // 'f' float, 'd' double. Raises for any other letter.
   CompiledKernel(uintptr_t entry, std::string kinds, std::string name);
 

@@ -19,13 +19,13 @@
 #include <torch/library.h>
 
 #include "aten/launch.h"
+#include "aten/sanitizer_accesses.h"
 #include "aten/stream_copy.h"
 #include "aten/tensor_ref.h"
 #include "device/allocator.h"
 #include "device/dtypes.h"
 #include "device/generator.h"
 #include "runtime/runtime.h"
-#include "sanitizer/accesses.h"
 #include "runtime/stream.h"
 #include "runtime/sync_debug.h"
 

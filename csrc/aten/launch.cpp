@@ -17,11 +17,11 @@
 #include "aten/op_arguments.h"
 #include "aten/plan.h"
 #include "aten/plan_key.h"
+#include "aten/sanitizer_accesses.h"
 #include "aten/sync_path.h"
 #include "aten/tensor_ref.h"
 #include "aten/work.h"
 #include "runtime/runtime.h"
-#include "sanitizer/accesses.h"
 
 namespace spyre {
 
@@ -128,8 +128,8 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         const OutputSpec::Kind kind = plan->outputs[k].kind;
         if (kind != OutputSpec::Kind::Argument && kind != OutputSpec::Kind::View) fresh.push_back(returns[k]);
       }
-      sanitizer::onLaunch(stream.id(), sanitizer::opName(compute_op),
-                          sanitizer::opAccesses(compute_op.schema(), args, fresh));
+      sanitizer::onLaunch(stream.id(), sanitizer::opName(op),
+                          sanitizer::opAccesses(op.schema(), args, fresh));
     }
     // Room for the out= variant's outputs too: the engine appends them.
     work->args.reserve(args.size() + plan->outputs.size());

@@ -9,7 +9,7 @@
 
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
-#include "sanitizer/tracker.h"
+#include "runtime/sanitizer.h"
 
 namespace spyre {
 
@@ -360,6 +360,10 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
       }
     }
   });
+  for (const PendingEvent& entry : pending) {
+    sanitizer::onEventComplete(entry.event.get());
+    sanitizer::onEventDestroy(entry.event.get());
+  }
   std::vector<DeviceBlock*> segments;
   std::set<c10::StreamId> allocation_streams;
   {
@@ -403,6 +407,7 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
       }
     }
   });
+  for (const c10::StreamId id : allocation_streams) sanitizer::onStreamComplete(id);
   for (DeviceBlock* segment : segments) {
     try {
       if (flex::RuntimeContext* context = flex::RuntimeContext::get()) {

@@ -7,8 +7,8 @@
 #include <flex/flex.hpp>
 
 #include "runtime/host_wait.h"
+#include "runtime/sanitizer.h"
 #include "runtime/stream.h"
-#include "sanitizer/tracker.h"
 
 namespace spyre {
 namespace {

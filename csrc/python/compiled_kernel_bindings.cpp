@@ -26,7 +26,8 @@ void bindCompiledKernels(py::module_& m) {
         for (size_t i = 0; i < kinds.size(); ++i) {
           const py::handle arg = args[i];
           switch (kinds[i]) {
-            case 'p': {
+            case 'p':
+            case 'r': {
               TORCH_CHECK_TYPE(THPVariable_Check(arg.ptr()), "compiled kernel ", kernel.name(),
                                ": argument ", i, " must be a tensor, got ",
                                py::str(py::type::of(arg)).cast<std::string>());

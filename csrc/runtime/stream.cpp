@@ -20,7 +20,7 @@
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
-#include "sanitizer/tracker.h"
+#include "runtime/sanitizer.h"
 
 namespace spyre {
 
@@ -440,6 +440,7 @@ bool drainDevice(c10::DeviceIndex device, std::string& consumed) {
       }
     }
   });
+  sanitizer::onDeviceComplete();
   bool failed = false;
   for (size_t i = 0; i < count; ++i) failed = failed || handles[i]->needsShutdown();
   return failed;
@@ -462,6 +463,7 @@ void settleDevice() noexcept {
         }
       }
     });
+    sanitizer::onDeviceComplete();
   } catch (...) {
   }
 }

@@ -19,6 +19,8 @@ from .. import _C
 
 ENTRY = "spyre_kernel_entry"
 
+# Pointer arguments: "r" for a const pointer (the kernel only reads it), "p"
+# for one it writes (out_ptr, in_out_ptr); the stream sanitizer tells them apart.
 # Scalar argument types inductor passes, by the kind letter _C expects.
 _SCALAR_KINDS = {"int64_t": "i", "long": "i", "float": "f", "double": "d"}
 
@@ -43,7 +45,7 @@ def argument_kinds(name, argtypes):
     for argtype in argtypes:
         plain = argtype.replace("const ", "").strip()
         if plain.endswith("*"):
-            kinds.append("p")
+            kinds.append("r" if argtype.strip().startswith("const ") else "p")
         elif plain in _SCALAR_KINDS:
             kinds.append(_SCALAR_KINDS[plain])
         else:

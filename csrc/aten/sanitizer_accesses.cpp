@@ -1,5 +1,5 @@
-// What an ATen-level operation reads and writes (accesses.h).
-#include "sanitizer/accesses.h"
+// What an ATen-level operation reads and writes (sanitizer_accesses.h).
+#include "aten/sanitizer_accesses.h"
 
 #include <sstream>
 

@@ -17,7 +17,10 @@
 // race like any other. An access is forgotten once the host knows it finished
 // or a later access of its own stream covers it.
 //
-// No ATen here: callers describe tensors as strided byte sets (accesses.h).
+// No ATen or Python here (the runtime layer): callers describe tensors as
+// strided byte sets (aten/sanitizer_accesses.h), and the Python layer installs
+// how a launch's stack is captured and a report is raised
+// (python/sanitizer_bindings.cpp).
 #pragma once
 
 #include <atomic>
@@ -42,6 +45,15 @@ inline bool enabled() {
 
 void setMode(Mode mode);
 Mode mode();
+
+// How the launching thread's stack is described ("    file.py:12 in f\n" per
+// frame, innermost last), and how a report is raised in Mode::Raise. Without
+// them: no stack, and a std::runtime_error.
+struct Reporting {
+  std::string (*stack)() = nullptr;
+  void (*raise)(const std::string& report) = nullptr;  // must throw
+};
+void setReporting(Reporting reporting);
 
 // The bytes of one tensor: elements of `itemsize` bytes at
 // origin + sum(index_k * strides_k) * itemsize.

@@ -1,14 +1,14 @@
-// The stream sanitizer's core (tracker.h).
-#include "sanitizer/tracker.h"
+// The stream sanitizer's core (sanitizer.h).
+#include "runtime/sanitizer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_map>
 #include <utility>
-
-#include "sanitizer/python_side.h"
 
 namespace spyre::sanitizer {
 namespace detail {
@@ -55,11 +55,26 @@ Interval bounds(const Bytes& b) {
   return {b.origin + lo * b.itemsize, b.origin + (hi + 1) * b.itemsize};
 }
 
+// Non-overlapping and dense (any dimension order): its bytes are its bounds.
+bool dense(const Bytes& b) {
+  c10::SmallVector<std::pair<int64_t, int64_t>, 5> dims;  // (|stride|, size)
+  for (size_t k = 0; k < b.sizes.size(); ++k) {
+    if (b.sizes[k] != 1) dims.emplace_back(std::abs(b.strides[k]), b.sizes[k]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
 // The tensor's bytes as sorted, merged intervals.
 std::vector<Interval> intervals(const Bytes& b) {
   const int64_t n = numel(b);
   if (n == 0) return {};
-  if (n > kExactElements) return {bounds(b)};
+  if (n > kExactElements || dense(b)) return {bounds(b)};
   std::vector<Interval> out;
   out.reserve(static_cast<size_t>(n));
   const size_t dims = b.sizes.size();
@@ -136,6 +151,11 @@ struct State {
   }
 };
 
+Reporting& reporting() {
+  static Reporting r;
+  return r;
+}
+
 State& state() {
   static auto* s = new State();  // leaked: launches may come during exit
   return *s;
@@ -154,8 +174,7 @@ const char* kindOf(bool earlier_write, bool later_write) {
 
 std::string report(const Record& earlier, const Record& later, Interval overlap) {
   std::ostringstream m;
-  m << "spyre sanitizer: unsynchronized access (" << kindOf(earlier.write, later.write)
-    << ") on spyre:0\n"
+  m << "spyre sanitizer: unsynchronized access (" << kindOf(earlier.write, later.write) << ")\n"
     << "  this access:    " << later.op << (later.write ? " writes " : " reads ") << later.what
     << " on stream id=" << later.stream << "\n"
     << "  earlier access: " << earlier.op << (earlier.write ? " writes " : " reads ") << earlier.what
@@ -180,6 +199,10 @@ std::string report(const Record& earlier, const Record& later, Interval overlap)
 
 }  // namespace
 
+void setReporting(Reporting r) {
+  reporting() = r;
+}
+
 void setMode(Mode m) {
   if (m == Mode::Off) reset();
   detail::g_mode.store(static_cast<int>(m), std::memory_order_relaxed);
@@ -191,7 +214,8 @@ Mode mode() {
 
 void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses) {
   if (!enabled()) return;
-  std::string stack = pythonStack();  // before the lock: it may take the GIL
+  // Before the lock: capturing a Python stack takes the GIL.
+  std::string stack = reporting().stack != nullptr ? reporting().stack() : std::string();
   std::vector<Record> mine;
   mine.reserve(accesses.size());
   for (const Access& a : accesses) {
@@ -240,7 +264,8 @@ void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access
     std::fflush(stderr);
     return;
   }
-  raiseUnsynchronizedAccess(problem);
+  if (reporting().raise != nullptr) reporting().raise(problem);
+  throw std::runtime_error(problem);
 }
 
 void onEventRecord(const void* event, int64_t stream) {

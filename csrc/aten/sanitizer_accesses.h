@@ -1,4 +1,4 @@
-// What an ATen-level operation reads and writes, for the sanitizer (tracker.h).
+// What an ATen-level operation reads and writes, for the stream sanitizer (runtime/sanitizer.h).
 #pragma once
 
 #include <string>
@@ -8,7 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-#include "sanitizer/tracker.h"
+#include "runtime/sanitizer.h"
 
 namespace spyre::sanitizer {
 

@@ -1,0 +1,407 @@
+"""Issue 33: the stream sanitizer (torch.spyre.sanitizer, csrc/sanitizer/). Two accesses to the
+same device bytes, at least one a write, that no stream order, event, wait_stream or host wait
+orders, are reported when the later one is launched: deterministic, whatever the engines do."""
+
+import inspect
+import re
+
+import pytest
+import torch
+
+import torch_spyre  # noqa: F401
+from _helpers import wait_until
+from conftest import run_python
+from torch_spyre import _C, sanitizer
+from torch_spyre.sanitizer import UnsynchronizedAccessError
+from torch_spyre.testing import Gate
+
+N = 1024  # float32 elements: 4096 bytes
+
+
+@pytest.fixture(autouse=True)
+def own_mode():
+    """Each test sets the mode itself (the suite may run with TORCH_SPYRE_SANITIZER=1)."""
+    mode = _C._sanitizer_mode()
+    sanitizer.disable()
+    yield
+    _C._sanitizer_set_mode(mode)
+
+
+@pytest.fixture
+def on():
+    """Raise mode for the test, starting from a device the host knows is idle."""
+    torch.spyre.synchronize()
+    sanitizer.enable()
+    yield
+    sanitizer.disable()
+    torch.spyre.synchronize()
+
+
+def line_after():
+    """The caller's next line number (the launch under test)."""
+    return inspect.currentframe().f_back.f_lineno + 1
+
+
+def span(t, first=0, count=None):
+    """The report's overlap text for `count` elements of `t` from element `first`."""
+    count = t.numel() if count is None else count
+    start = t.data_ptr() + first * t.element_size()
+    nbytes = count * t.element_size()
+    return f"  overlapping bytes: [{hex(start)}, {hex(start + nbytes)}) ({nbytes} bytes)"
+
+
+def lines(error):
+    return str(error.value).splitlines()
+
+
+def ready(values=1.0, n=N):
+    """A tensor written on the default stream, which the host then waited for."""
+    t = torch.full((n,), values, device="spyre")
+    torch.spyre.synchronize()
+    return t
+
+
+def test_enable_and_disable():
+    assert sanitizer.is_enabled() is False
+    sanitizer.enable("warn")
+    assert sanitizer.is_enabled() is True
+    sanitizer.disable()
+    assert sanitizer.is_enabled() is False
+    assert issubclass(UnsynchronizedAccessError, RuntimeError)
+    assert torch.spyre.sanitizer is sanitizer
+    import torch.spyre.sanitizer as by_torch_name  # one module, one error class
+
+    assert by_torch_name is sanitizer
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match=r"sanitizer mode must be one of \['raise', 'warn'\], got 'loud'"):
+        sanitizer.enable("loud")
+    assert sanitizer.is_enabled() is False
+
+
+def test_read_after_write_on_another_stream(on):
+    x = ready()
+    s = torch.spyre.Stream()
+    with s:
+        first = line_after()
+        y = x * 2
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        second = line_after()
+        y + 1
+    text = lines(error)
+    assert text[:4] == [
+        "spyre sanitizer: unsynchronized access (read-after-write)",
+        f"  this access:    aten::add.Tensor reads tensor float32[{N}] on stream id=0",
+        f"  earlier access: aten::mul.Tensor writes tensor float32[{N}] on stream id={s.stream_id}, "
+        "not ordered before it",
+        span(y),
+    ]
+    assert text[4] == "  earlier access launched at:"
+    where = text.index("  this access launched at:")
+    assert text[where - 1] == f"    {__file__}:{first} in test_read_after_write_on_another_stream"
+    assert text[where + 1:where + 2] != []
+    fix = text[-1]
+    assert text[-2] == f"    {__file__}:{second} in test_read_after_write_on_another_stream"
+    assert fix.startswith(f"  fix: order stream id=0 after stream id={s.stream_id} before this access "
+                          "(torch.spyre.current_stream().wait_stream(s)")
+    assert f"record_stream() it on stream id={s.stream_id}" in fix
+
+
+def test_write_after_read_on_another_stream(on):
+    x = ready()
+    s = torch.spyre.Stream()
+    with s:
+        total = x.sum()
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        x.add_(1)
+    assert lines(error)[:4] == [
+        "spyre sanitizer: unsynchronized access (write-after-read)",
+        f"  this access:    aten::add_.Tensor writes tensor float32[{N}] on stream id=0",
+        f"  earlier access: aten::sum.dim_IntList reads tensor float32[{N}] on stream id={s.stream_id}, "
+        "not ordered before it",
+        span(x),
+    ]
+    torch.spyre.current_stream().wait_stream(s)
+    assert total.item() == N
+
+
+def test_write_after_write_is_refused_before_anything_is_queued(on):
+    y = ready(0.0)
+    s = torch.spyre.Stream()
+    with s:
+        y.fill_(3)
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        y.copy_(torch.full((N,), 5.0, device="spyre"))
+    assert lines(error)[:3] == [
+        "spyre sanitizer: unsynchronized access (write-after-write)",
+        f"  this access:    D2D writes tensor float32[{N}] on stream id=0",
+        f"  earlier access: aten::fill_.Scalar writes tensor float32[{N}] on stream id={s.stream_id}, "
+        "not ordered before it",
+    ]
+    torch.spyre.synchronize()
+    assert y.cpu().tolist() == [3.0] * N  # the refused copy never ran
+
+
+def test_reads_on_two_streams_are_not_a_race(on):
+    x = ready(2.0)
+    s = torch.spyre.Stream()
+    with s:
+        a = x * 3
+    b = x * 4
+    torch.spyre.synchronize()
+    assert (a.sum().item(), b.sum().item()) == (6.0 * N, 8.0 * N)
+
+
+def test_one_stream_is_ordered_by_itself(on):
+    s = torch.spyre.Stream()
+    with s:
+        x = torch.zeros(N, device="spyre")
+        for _ in range(5):
+            x.add_(1)
+            x.mul_(2)
+        y = x.clone()
+    s.synchronize()
+    assert y.cpu().tolist() == [62.0] * N
+
+
+def wait_stream(s):
+    torch.spyre.current_stream().wait_stream(s)
+
+
+def spyre_event(s):
+    e = torch.spyre.Event()
+    e.record(s)
+    torch.spyre.current_stream().wait_event(e)
+
+
+def generic_event(s):
+    e = torch.Event(device="spyre")
+    e.record(s)
+    e.wait(torch.accelerator.current_stream())
+
+
+def event_synchronize(s):
+    e = torch.spyre.Event()
+    e.record(s)
+    e.synchronize()
+
+
+def event_query(s):
+    e = torch.spyre.Event()
+    e.record(s)
+    wait_until(e.query, what="the event")  # the host learns it is done from a query
+
+
+def stream_query(s):
+    wait_until(s.query, what="the stream")
+
+
+def blocking_copy(s):
+    with s:
+        torch.ones(1, device="spyre").cpu()  # a blocking copy waits for stream s
+
+
+ORDERINGS = {
+    "wait_stream": wait_stream,
+    "spyre_event": spyre_event,
+    "generic_event": generic_event,
+    "event_synchronize": event_synchronize,
+    "event_query": event_query,
+    "stream_query": stream_query,
+    "stream_synchronize": lambda s: s.synchronize(),
+    "device_synchronize": lambda s: torch.spyre.synchronize(),
+    "accelerator_synchronize": lambda s: torch.accelerator.synchronize(),
+    "blocking_copy": blocking_copy,
+}
+
+
+@pytest.mark.parametrize("order", sorted(ORDERINGS))
+def test_every_ordering_edge_silences_the_report(on, order):
+    x = ready(1.0)
+    s = torch.spyre.Stream()
+    with Gate() as gate:  # holds s until the accesses below are launched
+        gate.block(s)
+        with s:
+            y = x * 2
+            x.add_(10)
+    ORDERINGS[order](s)
+    z = y + x  # reads both on the default stream: ordered now
+    assert z.cpu().tolist() == [13.0] * N
+
+
+def test_a_race_is_reported_while_the_earlier_work_is_held(on):
+    x = ready()
+    s = torch.spyre.Stream()
+    with Gate() as gate:
+        gate.block(s)
+        with s:
+            y = x * 2
+        with pytest.raises(UnsynchronizedAccessError, match=r"\(read-after-write\)"):
+            y.sum()
+    s.synchronize()
+    assert y.sum().item() == 2.0 * N
+
+
+def test_views_are_tracked_by_their_bytes(on):
+    x = ready(0.0)
+    s = torch.spyre.Stream()
+    with s:
+        x[: N // 2].fill_(1)
+    x[N // 2:].fill_(2)  # disjoint halves: no race
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        x[N // 4: 3 * N // 4].sum()  # straddles both halves: races with the first only
+    assert lines(error)[1:4] == [
+        f"  this access:    aten::sum.dim_IntList reads tensor float32[{N // 2}] on stream id=0",
+        f"  earlier access: aten::fill_.Scalar writes tensor float32[{N // 2}] on stream id={s.stream_id}, "
+        "not ordered before it",
+        span(x, N // 4, N // 4),
+    ]
+    torch.spyre.synchronize()
+    assert x.sum().item() == 1.0 * N // 2 + 2.0 * N // 2
+
+
+def test_interleaved_strided_views_do_not_overlap(on):
+    x = ready(0.0)
+    s = torch.spyre.Stream()
+    with s:
+        x[0::2].fill_(1)  # even elements
+    x[1::2].fill_(2)  # odd elements: no byte in common
+    m = x.view(N // 2, 2)
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        m[:, 1:].t().mul_(3)  # odd elements, transposed: still no race with the even fill ...
+        m[3:5].sum()  # ... but rows 3-4 read even elements too
+    assert lines(error)[1] == "  this access:    aten::sum.dim_IntList reads tensor float32[2, 2] on stream id=0"
+    assert lines(error)[3] == span(x, 6, 1)
+    torch.spyre.synchronize()
+    assert x[:4].cpu().tolist() == [1.0, 6.0, 1.0, 6.0]
+
+
+def test_copies_from_and_to_the_host(on):
+    host = torch.arange(N, dtype=torch.float32).pin_memory()
+    x = ready(0.0)
+    s = torch.spyre.Stream()
+    with s:
+        x.copy_(host, non_blocking=True)
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        x.max()
+    assert lines(error)[1:3] == [
+        f"  this access:    aten::max reads tensor float32[{N}] on stream id=0",
+        f"  earlier access: H2D writes tensor float32[{N}] on stream id={s.stream_id}, "
+        "not ordered before it",
+    ]
+    wait_stream(s)
+    back = torch.empty(N, dtype=torch.float32).pin_memory()
+    with s:
+        back.copy_(x, non_blocking=True)  # reads x on s: ordered after the H2D by stream order
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        x.zero_()
+    assert lines(error)[1:3] == [
+        f"  this access:    aten::fill_.Scalar writes tensor float32[{N}] on stream id=0",
+        f"  earlier access: D2H reads tensor float32[{N}] on stream id={s.stream_id}, "
+        "not ordered before it",
+    ]
+    s.synchronize()
+    assert back.tolist() == host.tolist()
+
+
+def test_random_fills_are_writes(on):
+    s = torch.spyre.Stream()
+    x = ready(0.0)
+    with s:
+        x.uniform_()  # drawn on the host, copied in on s
+    with pytest.raises(UnsynchronizedAccessError, match=rf"earlier access: H2D writes tensor float32\[{N}\] "
+                       rf"on stream id={s.stream_id}"):
+        x.sum()
+
+
+def test_warn_mode_prints_the_report_and_goes_on(capfd):
+    x = ready()
+    s = torch.spyre.Stream()
+    sanitizer.enable("warn")
+    try:
+        with s:
+            y = x * 2
+        z = y + 1
+    finally:
+        sanitizer.disable()
+    torch.spyre.synchronize()
+    err = capfd.readouterr().err
+    assert err.startswith("spyre sanitizer: unsynchronized access (read-after-write)\n")
+    assert f"  earlier access: aten::mul.Tensor writes tensor float32[{N}] on stream id={s.stream_id}" in err
+    assert z.sum().item() in (1.0 * N, 3.0 * N)  # the race ran: either order is possible
+
+
+def test_freed_tensors_reused_across_streams_are_ordered_by_the_allocator(on):
+    s = torch.spyre.Stream()
+    for _ in range(20):
+        x = ready()
+        with s:
+            y = x * 2  # x's block is recorded as used by s
+        del x  # freed while s may still read it: reused only once s is done with it
+        z = torch.full((N,), 7.0, device="spyre")
+        wait_stream(s)
+        assert (y + z).sum().item() == 9.0 * N
+
+
+def test_disable_forgets_what_it_saw():
+    x = ready()
+    s = torch.spyre.Stream()
+    sanitizer.enable()
+    with s:
+        y = x * 2
+    sanitizer.disable()
+    sanitizer.enable()
+    try:
+        assert (y + 1).sum().item() in (1.0 * N, 3.0 * N)
+    finally:
+        sanitizer.disable()
+    torch.spyre.synchronize()
+
+
+def test_the_environment_turns_it_on_at_import():
+    code = """
+        import torch
+        from torch.spyre.sanitizer import UnsynchronizedAccessError
+        print(torch.spyre.sanitizer.is_enabled())
+        x = torch.ones(8, device="spyre")
+        torch.spyre.synchronize()
+        s = torch.spyre.Stream()
+        with s:
+            y = x * 2
+        try:
+            y + 1
+        except UnsynchronizedAccessError as e:
+            print(str(e).splitlines()[0])
+        """
+    assert run_python(code, env={"TORCH_SPYRE_SANITIZER": "1"}).stdout.splitlines() == [
+        "True", "spyre sanitizer: unsynchronized access (read-after-write)"]
+    for off in ("0", ""):  # off by default: unset or empty
+        assert run_python(code, env={"TORCH_SPYRE_SANITIZER": off}).stdout.splitlines() == ["False"]
+
+
+def test_a_bad_environment_value_names_itself():
+    proc = run_python("import torch", env={"TORCH_SPYRE_SANITIZER": "yes"}, check=False)
+    assert proc.returncode == 1
+    assert "ValueError: TORCH_SPYRE_SANITIZER must be 0, 1 or warn, got 'yes'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_compiled_kernels_are_tracked(on, fresh_dynamo):
+    f = torch.compile(lambda a: a.sin() + 1)
+    x = ready(0.0)
+    f(x)  # compiles (no race: one stream)
+    torch.spyre.synchronize()
+    s = torch.spyre.Stream()
+    with s:
+        out = f(x)
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        out.sum()
+    assert re.fullmatch(rf"  earlier access: cpp_fused_\w+ writes tensor float32\[{N}\] "
+                        rf"on stream id={s.stream_id}, not ordered before it", lines(error)[2])
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        x.fill_(1)  # the compiled kernel on s reads x
+    assert re.fullmatch(rf"  earlier access: cpp_fused_\w+ reads tensor float32\[{N}\] "
+                        rf"on stream id={s.stream_id}, not ordered before it", lines(error)[2])
+    wait_stream(s)
+    assert out.sum().item() == 1.0 * N
