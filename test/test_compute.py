@@ -44,6 +44,7 @@ def test_ops_are_queued_behind_a_gate_and_return_at_once():
     x = torch.arange(6.0).reshape(2, 3).to(SPYRE)
     w = torch.ones(3, 2, device=SPYRE)
     s = torch.spyre.Stream()
+    s.wait_stream(torch.spyre.current_stream())  # x and w were written on the default stream
     with s:
         (x * 3, x @ w, x.mul_(1), x.sum(dim=1))  # warm: first calls run at the call
     s.synchronize()
@@ -69,6 +70,7 @@ def test_ops_are_queued_behind_a_gate_and_return_at_once():
 def test_an_op_reads_what_earlier_work_on_its_stream_wrote():
     a = torch.zeros(4, device=SPYRE)
     s = torch.spyre.Stream()
+    s.wait_stream(torch.spyre.current_stream())  # a was written on the default stream
     with s:
         (a.fill_(1.0), a + 1)
     with Gate() as gate, s:
@@ -141,6 +143,7 @@ def test_memory_read_by_queued_compute_on_a_side_stream_is_not_reused(record):
     """CUDA's idiom is `t.record_stream(s)`; the launch path records it too."""
     s = torch.spyre.Stream()
     x = torch.ones(1024, device=SPYRE)  # allocated on the default stream
+    s.wait_stream(torch.spyre.current_stream())
     with s:
         x * 2
     torch.spyre.synchronize()
@@ -484,6 +487,7 @@ def test_convolutions_forward_and_backward_match_cpu(module, shape):
 def test_backward_runs_on_the_stream_of_its_forward():
     w = torch.ones(8, device=SPYRE, requires_grad=True)
     s = torch.spyre.Stream()
+    s.wait_stream(torch.spyre.current_stream())  # w was written on the default stream
 
     def step():
         with s:
@@ -550,7 +554,8 @@ EXIT_AFTER = {
     "strided fill": "x.t().fill_(2.0)",
     "transpose contiguous": "y = x.t().contiguous()",
     "half": "y = x.half()",
-    "matmul on a side stream": "s = torch.spyre.Stream()\nwith s:\n    y = x @ x",
+    "matmul on a side stream": ("s = torch.spyre.Stream()\ns.wait_stream(torch.spyre.current_stream())\n"
+                                "with s:\n    y = x @ x"),
 }
 
 

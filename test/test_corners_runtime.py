@@ -168,6 +168,7 @@ def test_free_survives_an_allocation_failure_and_the_block_returns_later(tmp_pat
         s = torch.spyre.Stream()
         x = torch.ones(256, device="spyre")  # one 1024-byte block of the default stream
         x_ptr = x.data_ptr()
+        s.wait_stream(torch.spyre.current_stream())
         gate = Gate()
         gate.block(s)
         with torch.spyre.stream(s):

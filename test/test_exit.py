@@ -37,6 +37,7 @@ SCENARIOS = {
     "gate-never-released": """
         s = torch.spyre.Stream()
         x = torch.ones(1 << 16, device="spyre")
+        s.wait_stream(torch.spyre.current_stream())
         gate = Gate()
         gate.block(s)
         gate.block(torch.spyre.default_stream())
@@ -58,6 +59,7 @@ SCENARIOS = {
         keep = [torch.full((256,), float(i), device="spyre") for i in range(32)]
         pinned = torch.ones(1 << 16).pin_memory()
         tmp = torch.ones(1 << 10, device="spyre")
+        s.wait_stream(torch.spyre.current_stream())
         gate = Gate()
         gate.block(s)
         with s:
@@ -103,6 +105,7 @@ SCENARIOS = {
         for s in streams:
             gate.block(s)
         x = torch.ones(4, device="spyre")
+        streams[3].wait_stream(torch.spyre.current_stream())
         event = torch.Event(device="spyre")
         event.record(streams[2])
         def blocking_copy():

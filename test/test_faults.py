@@ -136,7 +136,9 @@ def test_fault_surfaces_once_from_each_observer_and_latches():
             while gate.blocked_streams < 1:       # the fault must hit the record
                 pass
             inject_fault(e_stream, "record fault")
-        print(z.cpu().tolist(), raised(e_stream.synchronize), event.query())
+        with waiter:
+            z_host = z.cpu().tolist()                      # read where z was written
+        print(z_host, raised(e_stream.synchronize), event.query())
 
         print([torch.spyre.stream_get_error(t).name for t in (s, q, c, d, e_stream, other, waiter)])
         """

@@ -283,6 +283,7 @@ def test_pinned_block_used_by_a_gated_copy_is_not_reused_until_it_ran():
 def test_pinned_destination_of_a_gated_d2h_is_not_reused_until_it_ran():
     src = torch.arange(1024.0, device="spyre")
     s = torch.spyre.Stream()
+    s.wait_stream(torch.spyre.current_stream())
     with s, Gate() as gate:
         gate.block()
         host = torch.empty(1024, pin_memory=True)

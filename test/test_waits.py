@@ -40,6 +40,7 @@ def test_an_idle_process_with_a_started_runtime_uses_no_cpu():
         + """
 import time, torch
 x = torch.randn(1 << 20, device="spyre")           # engines and DMA workers started
+torch.spyre.synchronize()                          # the streams below read x
 streams = [torch.spyre.Stream() for _ in range(4)] + [torch.spyre.host_compute_stream()]
 for s in streams:
     for _ in range(20):                              # round trips: engines linger, hosts spin
