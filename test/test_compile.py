@@ -179,7 +179,12 @@ def test_device_index_fullgraph(backend):
     x = torch.randn((2, 2), device=0, generator=None)
     assert x.device == SPYRE
     opt_fn = torch.compile(backend=backend, fullgraph=True)(fn)
-    assert torch.equal(opt_fn(x).cpu(), fn(x).cpu())
+    out = opt_fn(x).cpu()
+    if backend == "eager":
+        assert torch.equal(out, fn(x).cpu())
+    else:  # inductor's vectorized sin is CPU inductor's (bit-equal), not ATen's: 1 ulp apart for
+        # about half of random inputs, so the test depended on the RNG state earlier tests left
+        assert torch.equal(out, torch.compile(lambda t: torch.sin(t + 1) + 0)(x.cpu()))
 
 
 def test_fullgraph_without_stream_calls_compiles_one_graph():
