@@ -2,6 +2,7 @@
 so anything that depends on how the runtime starts runs in a fresh process
 (`run_python`); waits in tests have deadlines (`_helpers.wait_until`)."""
 
+import faulthandler
 import json
 import os
 import select
@@ -219,6 +220,35 @@ def run_python(code, env=None, timeout=120, check=True, fresh=False):
     if check and returncode != 0:
         _fail_with_output(f"subprocess exited {returncode}", stdout, stderr)
     return subprocess.CompletedProcess(args, returncode, stdout, stderr)
+
+
+# pytest-timeout stops a test's timer once the test has failed (its pytest_exception_interact
+# hook), so a teardown that waits for a stream the failed test left behind a closed gate would
+# hang the run. Teardowns get a deadline of their own: past it, every thread's stack is shown
+# and the run ends (exit code 1) instead of stalling.
+TEARDOWN_DEADLINE = float(os.environ.get("SPYRE_TEST_TEARDOWN_DEADLINE", "120"))
+
+
+def _teardown_hung(item):
+    capture = item.config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=True)
+    sys.stderr.write(f"\n+++ teardown of {item.nodeid} still running after {TEARDOWN_DEADLINE} s "
+                     "(a wait for work a failed test left blocked?): ending the run +++\n")
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    deadline = threading.Timer(TEARDOWN_DEADLINE, _teardown_hung, args=(item,))
+    deadline.daemon = True
+    deadline.start()
+    try:
+        yield
+    finally:
+        deadline.cancel()
 
 
 @pytest.fixture
