@@ -70,6 +70,7 @@ def rows(quick, repeats, selected):
     if selected("compute.host_runs_ahead"):
         s = torch.spyre.Stream()
         y = torch.ones(16, device="spyre")
+        s.wait_stream(torch.spyre.current_stream())  # y is read on s
         queue_behind_sleep(s, y)  # warm: each op's first call is tried at the call
         s.synchronize()
         ours, ref = [], []
@@ -114,6 +115,7 @@ def rows(quick, repeats, selected):
             w = torch.randn(256, 256, device="spyre") / 16
             xs = [torch.randn(256, 256, device="spyre") for _ in range(2)]
             one, two = [torch.spyre.Stream()], [torch.spyre.Stream(), torch.spyre.Stream()]
+            torch.spyre.synchronize()  # w and xs are read on these streams
             n = 4 if quick else 40
             namespace.update(work=independent_work, one=one, two=two, xs=xs, w=w, chains=n)
             ours, ref = interleaved("work(two, xs, w, chains)", "work(one, xs, w, chains)",

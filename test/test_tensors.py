@@ -269,6 +269,7 @@ def test_conjugate_and_negative_views_copy_their_values(direction):
 # ---------------------------------------------------------------- copy directions and blocking
 
 
+@pytest.mark.races  # reads dst on another stream to show the copy has not run
 @pytest.mark.parametrize("pinned", [False, True], ids=["pageable", "pinned"])
 @pytest.mark.parametrize("non_blocking", [False, True])
 def test_h2d_values_and_blocking_rule(non_blocking, pinned):
@@ -316,6 +317,7 @@ def test_d2h_values_and_blocking_rule(non_blocking, pinned):
     assert torch.equal(dst, want)
 
 
+@pytest.mark.races  # reads on another stream to show the copy has not run
 @pytest.mark.parametrize("non_blocking", [False, True])
 def test_d2d_is_stream_ordered_either_way(non_blocking):
     want = sample(torch.float32)
@@ -429,6 +431,7 @@ def test_issue_example_with_a_gate(pinned):
     assert z.tolist() == [1.0, 2.0, 3.0, 4.0]
 
 
+@pytest.mark.races  # reads a on another stream to show the queued work has not run
 def test_compute_is_queued_in_stream_order_after_earlier_work():
     a = torch.arange(6.0).to("spyre")
     s = torch.spyre.Stream()
@@ -548,6 +551,7 @@ def test_block_used_by_a_gated_stream_is_reused_only_after_the_work():
     ptr = src.data_ptr()
     dst = torch.empty(256, device="spyre")
     s = torch.spyre.Stream()
+    s.wait_stream(torch.spyre.current_stream())  # src was written on the default stream
     gate = Gate()
     with s:
         gate.block()
@@ -626,6 +630,7 @@ def test_upstream_record_stream_pattern():
 def test_autograd_stream_handling_records_on_the_consumer_stream():
     x = torch.arange(4.0, device="spyre", requires_grad=True)
     s = torch.spyre.Stream()
+    s.wait_stream(torch.spyre.current_stream())  # x was written on the default stream
     with s:
         y = (x * x + 3 * x).sum()
     y.backward()
