@@ -329,7 +329,7 @@ def test_warn_mode_prints_the_report_and_goes_on(capfd):
     err = capfd.readouterr().err
     assert err.startswith("spyre sanitizer: unsynchronized access (read-after-write)\n")
     assert f"  earlier access: aten::mul.Tensor writes tensor float32[{N}] on stream id={s.stream_id}" in err
-    assert z.sum().item() in (1.0 * N, 3.0 * N)  # the race ran: either order is possible
+    assert z.shape == (N,)  # launched; its values are the race's (y may not have been written)
 
 
 def test_freed_tensors_reused_across_streams_are_ordered_by_the_allocator(on):
@@ -353,10 +353,11 @@ def test_disable_forgets_what_it_saw():
     sanitizer.disable()
     sanitizer.enable()
     try:
-        assert (y + 1).sum().item() in (1.0 * N, 3.0 * N)
+        z = y + 1  # the mul on s was forgotten: no report (the values are the race's)
     finally:
         sanitizer.disable()
     torch.spyre.synchronize()
+    assert z.shape == (N,)
 
 
 def test_the_environment_turns_it_on_at_import():

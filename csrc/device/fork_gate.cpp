@@ -1,7 +1,9 @@
-// fork() and the allocators (device/fork_gate.h).
+// fork() and the allocators (device/fork_gate.h), and the stream sanitizer's lock.
 #include "device/fork_gate.h"
 
 #include <pthread.h>
+
+#include "runtime/sanitizer.h"
 
 namespace spyre {
 namespace {
@@ -11,17 +13,22 @@ namespace {
 // after the runtime's own handler (the stub is loaded first), so this prepare
 // runs first: a thread holding a pool lock here may be waiting for the
 // runtime's memory lock, which the runtime's prepare takes.
+// The stream sanitizer's lock last: the device allocator calls into it with
+// its pool lock held.
 void lockAllocatorsForFork() {
   fork_gate::lockHostAllocator();
   fork_gate::lockDeviceAllocator();
+  sanitizer::lockForFork();
 }
 
 void unlockAllocatorsInParent() {
+  sanitizer::unlockAfterFork();
   fork_gate::unlockDeviceAllocator();
   fork_gate::unlockHostAllocatorInParent();
 }
 
 void unlockAllocatorsInChild() {
+  sanitizer::unlockAfterFork();
   fork_gate::unlockDeviceAllocator();
   fork_gate::resetHostAllocatorInChild();
 }

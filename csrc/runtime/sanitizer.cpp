@@ -318,6 +318,14 @@ void onDeviceComplete() {
   s.forgetCompleted();
 }
 
+void lockForFork() {
+  state().mutex.lock();
+}
+
+void unlockAfterFork() {
+  state().mutex.unlock();
+}
+
 void reset() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);

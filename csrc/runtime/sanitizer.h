@@ -87,4 +87,11 @@ void onDeviceComplete();
 // Forgets every access and clock (tests; the runtime's restart).
 void reset();
 
+// fork(): the tracker's lock is a leaf (nothing is locked under it), taken
+// last before fork() and released after it in parent and child, so a child
+// never inherits it held by a thread that does not exist there
+// (device/fork_gate.cpp).
+void lockForFork();
+void unlockAfterFork();
+
 }  // namespace spyre::sanitizer
