@@ -16,6 +16,15 @@ def add_loop(a, b, n):
     torch.spyre.synchronize()
 
 
+def add_loop_sanitized(a, b, n):
+    """add_loop with the stream sanitizer on (every launch checked and recorded)."""
+    torch.spyre.sanitizer.enable()
+    try:
+        add_loop(a, b, n)
+    finally:
+        torch.spyre.sanitizer.disable()
+
+
 def matmul(x, w):
     x @ w
     torch.spyre.synchronize()
@@ -97,6 +106,14 @@ def rows(quick, repeats, selected):
         ours, ref = interleaved("add_loop(da, db, n)", "add_loop(a, b, n)", namespace, 1, repeats)
         n = namespace["n"]
         result.append(Row(name, ours / n, ref / n, "ns", "cpu a + b", target))
+    if selected("sanitizer.add_1k_on"):
+        da, db = torch.randn(1 << 10, device="spyre"), torch.randn(1 << 10, device="spyre")
+        n = 100 if quick else 1000
+        namespace.update(add_loop=add_loop, add_loop_sanitized=add_loop_sanitized, da=da, db=db, n=n)
+        ours, ref = interleaved("add_loop_sanitized(da, db, n)", "add_loop(da, db, n)", namespace, 1,
+                                repeats)
+        result.append(Row("sanitizer.add_1k_on", ours / n, ref / n, "ns", "sanitizer off",
+                          at_most(3)))
     if selected("compute.matmul_512"):
         x, w = torch.randn(512, 512), torch.randn(512, 512)
         namespace.update(matmul=matmul, x=x, w=w, dx=x.to("spyre"), dw=w.to("spyre"))

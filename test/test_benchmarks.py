@@ -37,6 +37,7 @@ ROWS = {
     "compute.matmul_512",
     "compute.mlp_train_step",
     "compute.two_streams",
+    "sanitizer.add_1k_on",
     "compile.mlp_forward",
     "compile.transformer_block",
     "compile.transformer_block_on_cpu",

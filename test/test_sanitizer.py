@@ -54,6 +54,12 @@ def lines(error):
     return str(error.value).splitlines()
 
 
+def both_accesses(this, earlier, s, what=f"tensor float32[{N}]"):
+    """The report's two access lines: `this` on the default stream, `earlier` on `s`."""
+    return [f"  this access:    {this} {what} on stream id=0",
+            f"  earlier access: {earlier} {what} on stream id={s.stream_id}, not ordered before it"]
+
+
 def ready(values=1.0, n=N):
     """A tensor written on the default stream, which the host then waited for."""
     t = torch.full((n,), values, device="spyre")
@@ -285,22 +291,14 @@ def test_copies_from_and_to_the_host(on):
         x.copy_(host, non_blocking=True)
     with pytest.raises(UnsynchronizedAccessError) as error:
         x.max()
-    assert lines(error)[1:3] == [
-        f"  this access:    aten::max reads tensor float32[{N}] on stream id=0",
-        f"  earlier access: H2D writes tensor float32[{N}] on stream id={s.stream_id}, "
-        "not ordered before it",
-    ]
+    assert lines(error)[1:3] == both_accesses("aten::max reads", "H2D writes", s)
     wait_stream(s)
     back = torch.empty(N, dtype=torch.float32).pin_memory()
     with s:
         back.copy_(x, non_blocking=True)  # reads x on s: ordered after the H2D by stream order
     with pytest.raises(UnsynchronizedAccessError) as error:
         x.zero_()
-    assert lines(error)[1:3] == [
-        f"  this access:    aten::fill_.Scalar writes tensor float32[{N}] on stream id=0",
-        f"  earlier access: D2H reads tensor float32[{N}] on stream id={s.stream_id}, "
-        "not ordered before it",
-    ]
+    assert lines(error)[1:3] == both_accesses("aten::fill_.Scalar writes", "D2H reads", s)
     s.synchronize()
     assert back.tolist() == host.tolist()
 

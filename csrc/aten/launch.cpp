@@ -126,7 +126,9 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       c10::SmallVector<c10::IValue, 2> fresh;  // new outputs: written
       for (size_t k = 0; k < plan->outputs.size(); ++k) {
         const OutputSpec::Kind kind = plan->outputs[k].kind;
-        if (kind != OutputSpec::Kind::Argument && kind != OutputSpec::Kind::View) fresh.push_back(returns[k]);
+        if (kind != OutputSpec::Kind::Argument && kind != OutputSpec::Kind::View) {
+          fresh.push_back(returns[k]);
+        }
       }
       sanitizer::onLaunch(stream.id(), sanitizer::opName(op),
                           sanitizer::opAccesses(op.schema(), args, fresh));

@@ -264,7 +264,7 @@ void DeviceCachingAllocator::insertEventsLocked(DeviceBlock* block) {
       event->record(handle);
       sanitizer::onEventRecord(event.get(), id);
       pending = !event->query();  // idle: nothing launched on it can still touch the block
-      if (!pending) sanitizer::onEventComplete(event.get());
+      if (!pending) sanitizer::onBlockReleased(event.get(), block->ptr, block->size);
     } catch (const flex::Error&) {
       pending = false;  // failed stream, shut down or forked: its queued work is gone
     }
@@ -282,10 +282,10 @@ void DeviceCachingAllocator::processEventsLocked() {
     auto& queue = it->second;
     // A stream completes its events in record order: stop at the first pending one.
     while (!queue.empty() && queue.front().event->query()) {
-      // The block's reuse is ordered after the uses the event covers.
-      sanitizer::onEventComplete(queue.front().event.get());
-      sanitizer::onEventDestroy(queue.front().event.get());
       DeviceBlock* block = queue.front().block;
+      // The block's reuse is ordered after the uses the event covers.
+      sanitizer::onBlockReleased(queue.front().event.get(), block->ptr, block->size);
+      sanitizer::onEventDestroy(queue.front().event.get());
       queue.pop_front();
       if (--block->event_count == 0 && !block->deferred) freeBlockLocked(block);
     }

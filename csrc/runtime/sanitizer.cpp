@@ -302,6 +302,23 @@ void onEventDestroy(const void* event) {
   s.events.erase(event);
 }
 
+void onBlockReleased(const void* event, const void* ptr, size_t size) {
+  if (!enabled()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.events.find(event);
+  if (it == s.events.end()) return;
+  const Clock& done = it->second;
+  const auto first = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t last = first + size;
+  s.records.erase(std::remove_if(s.records.begin(), s.records.end(),
+                                 [&](const Record& r) {
+                                   return r.span.first < last && first < r.span.second &&
+                                          done.of(r.stream) >= r.tick;
+                                 }),
+                  s.records.end());
+}
+
 void onStreamComplete(int64_t stream) {
   if (!enabled()) return;
   State& s = state();

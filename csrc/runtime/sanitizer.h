@@ -14,8 +14,11 @@
 // Accesses are kept by byte address, not by tensor or storage, and are kept
 // when the memory is freed: a block handed to a new owner while an earlier
 // access on another stream is not ordered before the new owner's access is a
-// race like any other. An access is forgotten once the host knows it finished
-// or a later access of its own stream covers it.
+// race like any other. An access is forgotten once the host knows it finished,
+// a later access of its own stream covers it, or the allocator, having seen
+// the event recorded for it complete, hands its block on (onBlockReleased).
+// What the allocator observes orders nothing else: reports do not depend on
+// when its queries happen to run.
 //
 // No ATen or Python here (the runtime layer): callers describe tensors as
 // strided byte sets (aten/sanitizer_accesses.h), and the Python layer installs
@@ -24,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -81,6 +85,12 @@ void onEventRecord(const void* event, int64_t stream);
 void onStreamWaitEvent(int64_t stream, const void* event);
 void onEventComplete(const void* event);  // synchronize, or a query that answered true
 void onEventDestroy(const void* event);
+// The caching allocator found `event` complete and may hand the block at
+// [ptr, ptr + size) to a new owner: the block's accesses the event covers are
+// over and are forgotten. Nothing else is ordered by it: the allocator's
+// query is not the program's, and what it happens to observe must not hide a
+// race elsewhere.
+void onBlockReleased(const void* event, const void* ptr, size_t size);
 void onStreamComplete(int64_t stream);  // synchronize, or a query that answered true
 void onDeviceComplete();
 
