@@ -404,3 +404,44 @@ def test_compiled_kernels_are_tracked(on, fresh_dynamo):
                         rf"on stream id={s.stream_id}, not ordered before it", lines(error)[2])
     wait_stream(s)
     assert out.sum().item() == 1.0 * N
+
+
+HAZARD = """
+    import torch
+    from torch_spyre import _C
+    from torch_spyre.testing import Gate
+    print(torch.spyre.sanitizer.is_enabled(), _C._sanitizer_mode())
+    x = torch.full((1024,), 1.0, device="spyre")
+    torch.spyre.synchronize()
+    s = torch.spyre.Stream()
+    with Gate() as gate:
+        gate.block(s)
+        with s:
+            y = x * 2                    # held by the gate
+        z = y + 1                        # races with it: ordered after it instead
+        x.add_(10)                       # write-after-read with the held mul: ordered too
+        w = x * 0 + 5                    # after add_ on this stream already: no new wait
+        print(torch.spyre.current_stream().query(), _C._sanitizer_ordering_waits())
+    print(z.cpu().unique().tolist(), y.cpu().unique().tolist(), x.cpu().unique().tolist(),
+          w.cpu().unique().tolist())
+    """
+
+
+def test_the_hazard_tracker_orders_racing_launches_instead_of_reporting():
+    proc = run_python(HAZARD, env={"SPYRE_HAZARD_TRACKER": "1"})
+    assert proc.stdout.splitlines() == [
+        "False 3",
+        "False 1",  # the default stream waits for s (one wait: the add_ was already behind it)
+        "[3.0] [2.0] [11.0] [5.0]",  # what program order says
+    ]
+    assert proc.stderr == ""
+
+
+def test_the_hazard_tracker_switch_is_checked():
+    proc = run_python("import torch", env={"SPYRE_HAZARD_TRACKER": "true"}, check=False)
+    assert "ValueError: SPYRE_HAZARD_TRACKER must be 0 or 1, got 'true'" in proc.stderr
+    proc = run_python("import torch", env={"SPYRE_HAZARD_TRACKER": "1", "TORCH_SPYRE_SANITIZER": "1"},
+                      check=False)
+    assert ("ValueError: TORCH_SPYRE_SANITIZER and SPYRE_HAZARD_TRACKER are both set" in proc.stderr)
+    assert run_python("import torch; print(torch.spyre._C._sanitizer_mode())",
+                      env={"SPYRE_HAZARD_TRACKER": "0"}).stdout == "0\n"

@@ -7,7 +7,8 @@ the accesses to the same buffer on other streams. Those programs report nothing 
 for bit. Then one synchronization is removed at random; a brute-force happens-before graph of the
 program (written here, independently of the sanitizer) says whether that made a race, and at which
 operation the first one is launched: the sanitizer must raise there, and nowhere if there is
-none."""
+none. Under the hazard tracker (SPYRE_HAZARD_TRACKER=1) the same racy programs compute CPU's
+results."""
 
 import random
 
@@ -19,6 +20,7 @@ from torch_spyre import _C, sanitizer
 from torch_spyre.sanitizer import UnsynchronizedAccessError
 
 STREAMS = 3  # 0 is the default stream
+HAZARD_TRACKER = 3  # the sanitizer's ordering mode (SPYRE_HAZARD_TRACKER=1)
 SIZE = 32  # elements of an allocated buffer
 
 
@@ -250,6 +252,12 @@ def check(seeds, streams):
         torch.spyre.synchronize()
         if raised != expected:
             mismatches.append((seed, "one sync removed", raised, expected))
+        # The hazard tracker orders what the sanitizer reports: the racy program computes CPU's.
+        _C._sanitizer_set_mode(HAZARD_TRACKER)
+        _, values = run(mutated, "spyre", streams)
+        sanitizer.disable()
+        if values != run(mutated, "cpu")[1]:
+            mismatches.append((seed, "hazard tracker", values))
     return mismatches, races
 
 

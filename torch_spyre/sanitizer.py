@@ -2,14 +2,14 @@
 (docs/sanitizer.md).
 
 Every operation queued on a spyre stream (eager ops, copies, fills, compiled
-kernels) is checked
-at the call, on the host, against the earlier accesses to the same device
-bytes: two accesses, at least one a write, that no stream order, event,
-`wait_stream` or host wait orders are a race. `mode="raise"` raises
+kernels) is checked at the call, on the host, against the earlier accesses to
+the same device bytes: two accesses, at least one a write, that no stream
+order, event, `wait_stream` or host wait orders are a race. `mode="raise"` raises
 `UnsynchronizedAccessError` from the call that launched the later access
 (nothing is queued); `mode="warn"` prints the same report to stderr and goes
 on. `TORCH_SPYRE_SANITIZER=1` in the environment enables it at `import torch`
-(`warn`: in warn mode).
+(`warn`: in warn mode). `SPYRE_HAZARD_TRACKER=1` uses the same tracking to order
+racing launches (a wait on the streams they race with) instead of reporting.
 """
 
 import os
@@ -19,6 +19,7 @@ from . import _C
 __all__ = ["UnsynchronizedAccessError", "enable", "disable", "is_enabled"]
 
 _MODES = {"raise": 1, "warn": 2}
+_ORDER = 3  # the hazard tracker (SPYRE_HAZARD_TRACKER=1)
 
 
 class UnsynchronizedAccessError(RuntimeError):
@@ -39,13 +40,24 @@ def disable() -> None:
 
 
 def is_enabled() -> bool:
-    return _C._sanitizer_mode() != 0
+    """True in "raise" or "warn" mode (not for the hazard tracker, which reports nothing)."""
+    return _C._sanitizer_mode() in (_MODES["raise"], _MODES["warn"])
 
 
 def _enable_from_environment() -> None:
-    """TORCH_SPYRE_SANITIZER: 1 raises, warn warns, 0 or unset or empty is off."""
+    """TORCH_SPYRE_SANITIZER: 1 raises, warn warns, 0 or unset or empty is off.
+    SPYRE_HAZARD_TRACKER=1 (upstream torch-spyre's switch): the hazard tracker, which makes
+    each launch wait for the streams it races with instead of reporting them."""
     value = os.environ.get("TORCH_SPYRE_SANITIZER", "")
     if value not in ("", "0", "1", "warn"):
         raise ValueError(f"TORCH_SPYRE_SANITIZER must be 0, 1 or warn, got {value!r}")
+    hazard = os.environ.get("SPYRE_HAZARD_TRACKER", "")
+    if hazard not in ("", "0", "1"):
+        raise ValueError(f"SPYRE_HAZARD_TRACKER must be 0 or 1, got {hazard!r}")
+    if value in ("1", "warn") and hazard == "1":
+        raise ValueError("TORCH_SPYRE_SANITIZER and SPYRE_HAZARD_TRACKER are both set: the "
+                         "sanitizer reports races, the hazard tracker orders them; set one")
     if value in ("1", "warn"):
         enable("raise" if value == "1" else "warn")
+    elif hazard == "1":
+        _C._sanitizer_set_mode(_ORDER)

@@ -88,12 +88,14 @@ void raiseUnsynchronizedAccess(const std::string& report) {
 
 void bindSanitizer(py::module_& m) {
   sanitizer::setReporting({&pythonStack, &raiseUnsynchronizedAccess});
-  // 0: off, 1: raise, 2: warn. Turning it off forgets every access.
+  // 0: off, 1: raise, 2: warn, 3: order (the hazard tracker). Turning it off
+  // forgets every access.
   m.def("_sanitizer_set_mode", [](int mode) {
-    TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "sanitizer mode must be 0, 1 or 2, got ", mode);
+    TORCH_CHECK_VALUE(mode >= 0 && mode <= 3, "sanitizer mode must be 0, 1, 2 or 3, got ", mode);
     sanitizer::setMode(static_cast<sanitizer::Mode>(mode));
   });
   m.def("_sanitizer_mode", [] { return static_cast<int>(sanitizer::mode()); });
+  m.def("_sanitizer_ordering_waits", &sanitizer::orderingWaits);
 }
 
 }  // namespace spyre::python

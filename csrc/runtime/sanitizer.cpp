@@ -10,6 +10,11 @@
 #include <unordered_map>
 #include <utility>
 
+#include <flex/flex.hpp>
+
+#include "runtime/runtime.h"
+#include "runtime/stream.h"
+
 namespace spyre::sanitizer {
 namespace detail {
 std::atomic<int> g_mode{0};
@@ -156,6 +161,18 @@ Reporting& reporting() {
   return r;
 }
 
+std::atomic<int64_t> ordering_waits{0};
+
+// The hazard tracker's edge: `later` waits (on the device) for everything
+// launched on `earlier` so far.
+void orderAfter(int64_t later, int64_t earlier) {
+  const c10::DeviceIndex device = boundDevice();
+  flex::RuntimeEvent done;  // its state lives on in the queued wait
+  done.record(SpyreStream(spyre::detail::makeSpyreStream(device, earlier)).resolveRuntimeHandle());
+  done.wait(SpyreStream(spyre::detail::makeSpyreStream(device, later)).resolveRuntimeHandle());
+  ordering_waits.fetch_add(1, std::memory_order_relaxed);
+}
+
 State& state() {
   static auto* s = new State();  // leaked: launches may come during exit
   return *s;
@@ -214,8 +231,11 @@ Mode mode() {
 
 void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses) {
   if (!enabled()) return;
-  // Before the lock: capturing a Python stack takes the GIL.
-  std::string stack = reporting().stack != nullptr ? reporting().stack() : std::string();
+  const bool order = mode() == Mode::Order;
+  // Before the lock: capturing a Python stack takes the GIL (no report to
+  // show it in when ordering).
+  std::string stack =
+      reporting().stack != nullptr && !order ? reporting().stack() : std::string();
   std::vector<Record> mine;
   mine.reserve(accesses.size());
   for (const Access& a : accesses) {
@@ -223,6 +243,7 @@ void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access
     if (!r.bytes.empty()) mine.push_back(std::move(r));
   }
   std::string problem;
+  std::vector<int64_t> waits;  // Mode::Order: the streams to wait for
   {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -237,6 +258,11 @@ void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access
         if (before.span.second <= now.span.first || now.span.second <= before.span.first) continue;
         const Interval overlap = firstOverlap(before.bytes, now.bytes);
         if (overlap.first == overlap.second) continue;
+        if (order) {  // wait for all that stream launched so far: this access included
+          waits.push_back(before.stream);
+          clock.merge(s.streams.at(before.stream));  // it launched: no insertion
+          continue;
+        }
         problem = report(before, now, overlap);
         break;
       }
@@ -258,6 +284,8 @@ void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access
       }
     }
   }
+  // Queued before the access itself (the caller launches it after this).
+  for (const int64_t earlier : waits) orderAfter(stream_id, earlier);
   if (problem.empty()) return;
   if (mode() == Mode::Warn) {
     std::fputs(problem.c_str(), stderr);
@@ -333,6 +361,10 @@ void onDeviceComplete() {
   std::lock_guard<std::mutex> lock(s.mutex);
   for (const auto& [id, clock] : s.streams) s.host.merge(clock);
   s.forgetCompleted();
+}
+
+int64_t orderingWaits() {
+  return ordering_waits.load(std::memory_order_relaxed);
 }
 
 void lockForFork() {

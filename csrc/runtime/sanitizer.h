@@ -36,7 +36,11 @@
 
 namespace spyre::sanitizer {
 
-enum class Mode : int { Off = 0, Raise = 1, Warn = 2 };
+// Order: the hazard tracker (SPYRE_HAZARD_TRACKER=1, as upstream's): no
+// report; the launching stream is made to wait for each stream whose earlier
+// access it races with, so racy programs compute what their program order
+// says.
+enum class Mode : int { Off = 0, Raise = 1, Warn = 2, Order = 3 };
 
 namespace detail {
 extern std::atomic<int> g_mode;
@@ -77,8 +81,12 @@ struct Access {
 // Called on the launching thread before an operation named `op` (as the
 // profiler names it: "aten::mul.Tensor", "H2D", ...) is queued on stream
 // `stream`. Raises (Mode::Raise) or prints (Mode::Warn) a report when an
-// access races with an earlier one; nothing is queued then in raise mode.
+// access races with an earlier one; nothing is queued then in raise mode. In
+// Mode::Order, queues the waits that order it instead.
 void onLaunch(int64_t stream, const std::string& op, const std::vector<Access>& accesses);
+
+// Waits the hazard tracker inserted since the process started.
+int64_t orderingWaits();
 
 // Ordering edges.
 void onEventRecord(const void* event, int64_t stream);
