@@ -445,3 +445,35 @@ def test_the_hazard_tracker_switch_is_checked():
     assert ("ValueError: TORCH_SPYRE_SANITIZER and SPYRE_HAZARD_TRACKER are both set" in proc.stderr)
     assert run_python("import torch; print(torch.spyre._C._sanitizer_mode())",
                       env={"SPYRE_HAZARD_TRACKER": "0"}).stdout == "0\n"
+
+
+def test_collectives_are_tracked():
+    proc = run_python("""
+        import os, torch, torch.distributed as dist
+        from torch.spyre.sanitizer import UnsynchronizedAccessError
+        dist.init_process_group("spyreccl", init_method="file://" + os.path.abspath("store"),
+                                rank=0, world_size=1)
+        x = torch.ones(1024, device="spyre")
+        torch.spyre.synchronize()
+        torch.spyre.sanitizer.enable()
+        work = dist.all_reduce(x, async_op=True)   # gloo reduces x in place
+        try:
+            x * 2                                  # before work.wait(): a race
+        except UnsynchronizedAccessError as e:
+            print(*str(e).splitlines()[:3], sep="\\n")
+        work.wait()                                # the current stream waits for it
+        print((x * 2)[0].item())
+        strided = torch.ones(8, 8, device="spyre").t()  # staged: copied out and back
+        dist.all_reduce(strided)
+        print(strided.sum().item())
+        torch.spyre.sanitizer.disable()
+        dist.destroy_process_group()
+        """)
+    comm = 1  # the group's communication stream: the first pool stream of the process
+    assert proc.stdout.splitlines() == [
+        "spyre sanitizer: unsynchronized access (read-after-write)",
+        f"  this access:    aten::mul.Tensor reads tensor float32[{N}] on stream id=0",
+        f"  earlier access: allreduce writes tensor float32[{N}] on stream id={comm}, not ordered before it",
+        "2.0",
+        "64.0",
+    ]

@@ -5,7 +5,9 @@
 #include <vector>
 
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
 
+#include "aten/sanitizer_accesses.h"
 #include "python/bindings.h"
 #include "runtime/sanitizer.h"
 
@@ -96,6 +98,20 @@ void bindSanitizer(py::module_& m) {
   });
   m.def("_sanitizer_mode", [] { return static_cast<int>(sanitizer::mode()); });
   m.def("_sanitizer_ordering_waits", &sanitizer::orderingWaits);
+  m.def("_sanitizer_internal_thread", &sanitizer::markInternalThread);
+  // A collective that reads and writes device memory in place (spyreccl's
+  // direct path) as one access on the group's communication stream, ordered
+  // after the caller's stream up to the call (torch_spyre/distributed).
+  m.def("_sanitizer_collective", [](c10::StreamId comm, c10::StreamId caller, const std::string& name,
+                                    const std::vector<at::Tensor>& tensors,
+                                    const std::vector<bool>& writes) {
+    if (!sanitizer::enabled()) return;
+    TORCH_CHECK_VALUE(tensors.size() == writes.size(), "one write flag per tensor");
+    std::vector<sanitizer::Access> accesses;
+    for (size_t i = 0; i < tensors.size(); ++i) sanitizer::addTensor(accesses, tensors[i], writes[i]);
+    sanitizer::onStreamFollows(comm, caller);
+    sanitizer::onLaunch(comm, name, accesses);
+  });
 }
 
 }  // namespace spyre::python

@@ -162,6 +162,7 @@ Reporting& reporting() {
 }
 
 std::atomic<int64_t> ordering_waits{0};
+thread_local bool internal_thread = false;  // markInternalThread()
 
 // The hazard tracker's edge: `later` waits (on the device) for everything
 // launched on `earlier` so far.
@@ -305,6 +306,20 @@ void onEventRecord(const void* event, int64_t stream) {
   s.events[event] = clock;
 }
 
+void onStreamFollows(int64_t later, int64_t earlier) {
+  if (!enabled()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Clock& before = s.stream(earlier);
+  before.merge(s.host);
+  const Clock copy = before;  // s.stream(later) may rehash the map
+  s.stream(later).merge(copy);
+}
+
+void markInternalThread() {
+  internal_thread = true;
+}
+
 void onStreamWaitEvent(int64_t stream, const void* event) {
   if (!enabled()) return;
   State& s = state();
@@ -314,7 +329,7 @@ void onStreamWaitEvent(int64_t stream, const void* event) {
 }
 
 void onEventComplete(const void* event) {
-  if (!enabled()) return;
+  if (!enabled() || internal_thread) return;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.events.find(event);
@@ -348,7 +363,7 @@ void onBlockReleased(const void* event, const void* ptr, size_t size) {
 }
 
 void onStreamComplete(int64_t stream) {
-  if (!enabled()) return;
+  if (!enabled() || internal_thread) return;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.host.merge(s.stream(stream));
@@ -356,7 +371,7 @@ void onStreamComplete(int64_t stream) {
 }
 
 void onDeviceComplete() {
-  if (!enabled()) return;
+  if (!enabled() || internal_thread) return;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   for (const auto& [id, clock] : s.streams) s.host.merge(clock);

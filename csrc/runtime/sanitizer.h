@@ -85,11 +85,19 @@ struct Access {
 // Mode::Order, queues the waits that order it instead.
 void onLaunch(int64_t stream, const std::string& op, const std::vector<Access>& accesses);
 
+// The calling thread is a library's own (spyreccl's progress threads): its
+// host waits order nothing for the program, so they are not ordering edges
+// (reports must not depend on when those threads happen to wait).
+void markInternalThread();
+
 // Waits the hazard tracker inserted since the process started.
 int64_t orderingWaits();
 
 // Ordering edges.
 void onEventRecord(const void* event, int64_t stream);
+// `later` is ordered after what `earlier` launched so far (an event recorded
+// on `earlier` and waited on by `later`, as one step).
+void onStreamFollows(int64_t later, int64_t earlier);
 void onStreamWaitEvent(int64_t stream, const void* event);
 void onEventComplete(const void* event);  // synchronize, or a query that answered true
 void onEventDestroy(const void* event);

@@ -247,6 +247,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         staging = self._staging()
         staging.staged = staging.spyre = True  # `waits_for_caller` stays False: launch waits per piece
         staging.written = [tensor]  # `back` stays empty: the pieces go back one by one
+        if direct:
+            staging.in_place = [(tensor, True)]  # gloo reduces the pieces in place
         gloo, check = self._gloo, self._check
 
         def launch():

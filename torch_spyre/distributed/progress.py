@@ -11,6 +11,7 @@ import weakref
 import torch
 from torch._C._distributed_c10d import Work
 
+from .. import _C
 from .consistency import _unread
 from .pipeline import _Pieces
 from .staging import _stream_failed
@@ -40,6 +41,11 @@ class _Progress:
             caller = torch.spyre.current_stream()
             called = torch.spyre.Event()
             called.record(caller)  # after the staging copies
+            # The stream sanitizer: the comm stream's work (gloo's accesses in place,
+            # the copies back) is ordered after the caller's stream up to here.
+            _C._sanitizer_collective(comm_stream.stream_id, caller.stream_id, name,
+                                     [t for t, _ in staging.in_place],
+                                     [w for _, w in staging.in_place])
         with self._lock:
             if direct and not staging.staged and self._pending == 0:
                 return launch()  # CPU tensors used as they are: gloo's own work
@@ -77,6 +83,7 @@ def _stop_all_progress() -> None:
 def _progress_loop(progress: _Progress) -> None:
     """Launcher: in call order, wait for each collective's staging copies
     (a host wait without the GIL), then issue it on gloo."""
+    _C._sanitizer_internal_thread()  # its waits order nothing for the program
     finished = queue.SimpleQueue()
     completer = threading.Thread(
         target=_completion_loop, args=(finished,), name="spyreccl-completion", daemon=True
@@ -122,6 +129,7 @@ def _completion_loop(finished) -> None:
     """Completer: wait for gloo (not every gloo work has a future), in order,
     then copy the results back. Separate from the launcher so the next
     collective's staging wait overlaps this one's transfer."""
+    _C._sanitizer_internal_thread()
     while True:
         item = finished.get()
         if item is None:

@@ -72,6 +72,9 @@ class _Staging:
         self.back = []  # (tensor, host twin) pairs copied back at completion
         self.written = []  # spyre tensors the copies back write (on the comm stream)
         self.problem = None  # why this rank cannot take part (refused on every rank)
+        # (tensor, written) that gloo reads, and writes if `written`, in place on the
+        # device: the stream sanitizer sees them as the collective's accesses.
+        self.in_place = []
 
     def __call__(self, tensor, *, read=True, write=True, private=False, scratch=False):
         """The tensor gloo should use in place of `tensor`.
@@ -94,6 +97,7 @@ class _Staging:
             self.waits_for_caller = True
             if write:
                 self.written.append(tensor)
+            self.in_place.append((tensor, write))
             return _host_view(tensor)
         # Contiguous whatever the tensor's strides (the copies convert), pinned
         # (so the copies are only enqueued) and allocated per call: gloo
