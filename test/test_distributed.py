@@ -153,8 +153,13 @@ with torch.spyre.stream(s):
         out["stream.wait_while_copy_back_held"] = work.wait()
         later = t * 2  # on s: ordered after the copy back
         out["stream.s_pending"] = s.query()
+        # A race on purpose (the stream sanitizer, if on, is paused for it): other
+        # reads t while the copy back is held.
+        mode = torch.spyre._C._sanitizer_mode()
+        torch.spyre._C._sanitizer_set_mode(0)
         with torch.spyre.stream(other):
             out["stream.other_stream_sees"] = t.cpu().tolist()  # the copy back is held
+        torch.spyre._C._sanitizer_set_mode(mode)
         gate.release()
     out["stream.later"] = later.cpu().tolist()
 

@@ -428,7 +428,7 @@ HAZARD = """
 
 
 def test_the_hazard_tracker_orders_racing_launches_instead_of_reporting():
-    proc = run_python(HAZARD, env={"SPYRE_HAZARD_TRACKER": "1"})
+    proc = run_python(HAZARD, env={"SPYRE_HAZARD_TRACKER": "1", "TORCH_SPYRE_SANITIZER": ""})
     assert proc.stdout.splitlines() == [
         "False 3",
         "False 1",  # the default stream waits for s (one wait: the add_ was already behind it)
@@ -438,13 +438,14 @@ def test_the_hazard_tracker_orders_racing_launches_instead_of_reporting():
 
 
 def test_the_hazard_tracker_switch_is_checked():
-    proc = run_python("import torch", env={"SPYRE_HAZARD_TRACKER": "true"}, check=False)
+    proc = run_python("import torch", env={"SPYRE_HAZARD_TRACKER": "true", "TORCH_SPYRE_SANITIZER": ""},
+                      check=False)
     assert "ValueError: SPYRE_HAZARD_TRACKER must be 0 or 1, got 'true'" in proc.stderr
     proc = run_python("import torch", env={"SPYRE_HAZARD_TRACKER": "1", "TORCH_SPYRE_SANITIZER": "1"},
                       check=False)
     assert ("ValueError: TORCH_SPYRE_SANITIZER and SPYRE_HAZARD_TRACKER are both set" in proc.stderr)
     assert run_python("import torch; print(torch.spyre._C._sanitizer_mode())",
-                      env={"SPYRE_HAZARD_TRACKER": "0"}).stdout == "0\n"
+                      env={"SPYRE_HAZARD_TRACKER": "0", "TORCH_SPYRE_SANITIZER": ""}).stdout == "0\n"
 
 
 def test_collectives_are_tracked():

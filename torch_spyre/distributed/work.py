@@ -73,6 +73,14 @@ class SpyreCCLWork(Work):
                 self._done_event.record(self._comm_stream)
             except BaseException as e:  # noqa: B036 (handed to every waiter)
                 error = e
+        if error is not None and self._comm_stream is not None and self._done_event is None:
+            # Failed: wait() still orders the caller after whatever the collective did
+            # (nothing, or part of it when a peer died mid-way) before raising.
+            try:
+                self._done_event = torch.spyre.Event()
+                self._done_event.record(self._comm_stream)
+            except BaseException:  # noqa: B036 (the comm stream failed: nothing to order)
+                self._done_event = None
         with self._lock:
             self._error = error
             self._staging = None  # drop the host buffers (the copies keep theirs)
@@ -103,10 +111,15 @@ class SpyreCCLWork(Work):
                 f"spyreccl: {self._name} did not complete within {limit} "
                 "(a rank did not join the collective, or its inputs never became ready)"
             )
+        if self._done_event is not None:
+            try:
+                torch.spyre.current_stream().wait_event(self._done_event)
+            except RuntimeError:
+                if self._error is None:
+                    raise
+                # The caller's stream failed too: the collective's error is the one to raise.
         if self._error is not None:
             raise self._error
-        if self._done_event is not None:
-            torch.spyre.current_stream().wait_event(self._done_event)
         return True
 
     def get_future(self) -> torch.futures.Future:
