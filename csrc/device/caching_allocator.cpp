@@ -220,8 +220,7 @@ void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
 void DeviceCachingAllocator::retryDeferredLocked() {
   while (deferred_ != nullptr) {
     DeviceBlock* block = deferred_;
-    insertEventsLocked(block);
-    fprintf(stderr, "DEBUG retried %p events=%d\n", (void*)block, block->event_count);  // throws again while memory is short: stays deferred
+    insertEventsLocked(block);  // throws again while memory is short: stays deferred
     deferred_ = block->next_deferred;
     block->next_deferred = nullptr;
     block->deferred = false;
