@@ -100,6 +100,7 @@ void recordActivity(const RuntimeStream::Impl& stream, const Op& op, int64_t sta
   record.stream_id = stream.id;
   record.priority = stream.priority;
   record.failed = failed;
+  record.graph_launch_id = op.launch.graph_launch;
   ActivityBuffer& b = buffer();
   std::lock_guard<std::mutex> lock(b.mutex);
   if (!activityEnabled()) return;  // disabled between the caller's check and now

@@ -84,6 +84,30 @@ void launchDma(RuntimeStream::Impl& stream, const DmaParams& params, bool to_dev
   stream.enqueue(std::move(op));
 }
 
+Op d2dOp(const detail::Memory& memory, const D2DParams& p, const std::string& what) {
+  Op op;
+  op.kind = OpKind::D2D;
+  op.bytes = p.size;
+  op.dev = deviceSpan(memory, (what + " (dst)").c_str(), p.dst, p.dst_offset, p.size);
+  op.dev_src = deviceSpan(memory, (what + " (src)").c_str(), p.src, p.src_offset, p.size);
+  return op;
+}
+
+Op fillOp(const detail::Memory& memory, const CompositeAddress& address, double value,
+          DataFormats format, const char* what) {
+  Op op;
+  op.kind = OpKind::Fill;
+  op.fill = detail::fillElement(value, format);
+  op.bytes = address.total_size();
+  if (op.bytes % op.fill.width != 0) {
+    throw Error(std::string("flex: ") + what + ": " + std::to_string(op.bytes) +
+                " bytes is not a whole number of " + std::to_string(op.fill.width) +
+                "-byte elements");
+  }
+  op.dev = deviceSpan(memory, what, address, 0, op.bytes);
+  return op;
+}
+
 // Callables run on an engine; an empty one would only fail there.
 void requireFunction(const std::function<void()>& fn, const char* what, const std::string& name) {
   if (!fn) throw Error(std::string("flex: ") + what + ": '" + name + "' has no function");
@@ -100,15 +124,8 @@ void RuntimeStream::launchOperationD2H(const DmaParams* params) {
 }
 
 void RuntimeStream::launchOperationD2D(const D2DParams* params) {
-  const char* what = "launchOperationD2D";
-  const D2DParams& p = required(params, what);
-  const detail::Memory& memory = impl_->context->memory;
-  Op op;
-  op.kind = OpKind::D2D;
-  op.bytes = p.size;
-  op.dev = deviceSpan(memory, "launchOperationD2D (dst)", p.dst, p.dst_offset, p.size);
-  op.dev_src = deviceSpan(memory, "launchOperationD2D (src)", p.src, p.src_offset, p.size);
-  impl_->enqueue(std::move(op));
+  impl_->enqueue(d2dOp(impl_->context->memory, required(params, "launchOperationD2D"),
+                       "launchOperationD2D"));
 }
 
 void RuntimeStream::launchOperationCompute(const ComputeParams* params) {
@@ -144,19 +161,8 @@ void RuntimeStream::launchOperationHostCallback(const HostCallbackParams* params
 
 void RuntimeStream::fillAsync(const CompositeAddress* dev, double value, DataFormats format,
                               bool /*use_dmai: the stub has one fill path*/) {
-  const char* what = "fillAsync";
-  const CompositeAddress& address = required(dev, what);
-  Op op;
-  op.kind = OpKind::Fill;
-  op.fill = detail::fillElement(value, format);
-  op.bytes = address.total_size();
-  if (op.bytes % op.fill.width != 0) {
-    throw Error("flex: fillAsync: " + std::to_string(op.bytes) +
-                " bytes is not a whole number of " + std::to_string(op.fill.width) +
-                "-byte elements");
-  }
-  op.dev = deviceSpan(impl_->context->memory, what, address, 0, op.bytes);
-  impl_->enqueue(std::move(op));
+  impl_->enqueue(fillOp(impl_->context->memory, required(dev, "fillAsync"), value, format,
+                        "fillAsync"));
 }
 
 void RuntimeStream::launchOperationDelay(std::chrono::nanoseconds duration) {
@@ -168,6 +174,73 @@ void RuntimeStream::launchOperationDelay(std::chrono::nanoseconds duration) {
   op.kind = OpKind::Delay;
   op.delay = duration;
   impl_->enqueue(std::move(op));
+}
+
+void RuntimeStream::launchGraph(const RuntimeGraph& graph) {
+  Op op;
+  op.kind = OpKind::Graph;
+  op.graph = graph.nodes();
+  for (const Op& node : op.graph->ops) op.bytes += node.bytes;
+  if (detail::trace::enabled()) op.name = "graph";
+  impl_->enqueue(std::move(op));
+}
+
+// ---------------------------------------------------------------- graphs
+namespace {
+
+const detail::Memory& contextMemory(const char* what) {
+  RuntimeContext* context = RuntimeContext::get();
+  if (context == nullptr) {
+    throw Error(std::string("flex: ") + what + ": no runtime context (create one first)");
+  }
+  return context->impl()->memory;
+}
+
+}  // namespace
+
+RuntimeGraph::RuntimeGraph() : nodes_(std::make_shared<Nodes>()) {}
+RuntimeGraph::~RuntimeGraph() = default;
+RuntimeGraph::RuntimeGraph(const RuntimeGraph&) = default;
+RuntimeGraph& RuntimeGraph::operator=(const RuntimeGraph&) = default;
+
+const std::shared_ptr<const RuntimeGraph::Nodes>& RuntimeGraph::nodes() const { return nodes_; }
+
+size_t RuntimeGraph::nodeCount() const { return nodes_->ops.size(); }
+
+namespace {
+// Launches share the nodes they run: an add after a launch appends to a copy.
+void append(std::shared_ptr<const RuntimeGraph::Nodes>& nodes, Op&& op) {
+  auto appended = std::make_shared<RuntimeGraph::Nodes>();
+  if (nodes.use_count() == 1) {
+    appended->ops = std::move(const_cast<RuntimeGraph::Nodes&>(*nodes).ops);
+  } else {
+    appended->ops = nodes->ops;
+  }
+  appended->ops.push_back(std::move(op));
+  nodes = std::move(appended);
+}
+}  // namespace
+
+void RuntimeGraph::addD2D(const D2DParams* params) {
+  const char* what = "RuntimeGraph::addD2D";
+  append(nodes_, d2dOp(contextMemory(what), required(params, what), what));
+}
+
+void RuntimeGraph::addCompute(const ComputeParams* params) {
+  const char* what = "RuntimeGraph::addCompute";
+  const ComputeParams& p = required(params, what);
+  requireFunction(p.fn, what, p.name);
+  Op op;
+  op.kind = OpKind::Compute;
+  op.bytes = p.bytes;
+  op.fn = p.fn;
+  op.name = p.name;  // kept: a graph is recorded once
+  append(nodes_, std::move(op));
+}
+
+void RuntimeGraph::addFill(const CompositeAddress* dev, double value, DataFormats format) {
+  const char* what = "RuntimeGraph::addFill";
+  append(nodes_, fillOp(contextMemory(what), required(dev, what), value, format, what));
 }
 
 }  // namespace flex

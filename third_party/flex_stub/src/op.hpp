@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "completion.hpp"
+#include "flex/flex.hpp"
 #include "fill_format.hpp"
 
 namespace flex::detail {
@@ -26,6 +27,7 @@ enum class OpKind : uint8_t {
   EventRecord,
   EventWait,
   Gate,
+  Graph,
 };
 
 // The trace name of a kind: "h2d", "d2h", ...
@@ -60,6 +62,7 @@ struct LaunchInfo {
   uint64_t thread = 0;       // OS thread id
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  uint64_t graph_launch = 0;  // a graph's node: the graph launch's id
 };
 
 struct Op {
@@ -72,8 +75,14 @@ struct Op {
   std::chrono::nanoseconds delay{0};
   std::function<void()> fn;    // compute, host callback, DMA completion callback
   std::shared_ptr<Completion> sync;  // record, wait, gate
+  std::shared_ptr<const RuntimeGraph::Nodes> graph;  // a graph launch's nodes
   std::string name;            // trace label; only copied while tracing
   LaunchInfo launch;
 };
 
 }  // namespace flex::detail
+
+// A graph's nodes, in the order they run (graph.cpp).
+struct flex::RuntimeGraph::Nodes {
+  std::vector<detail::Op> ops;
+};

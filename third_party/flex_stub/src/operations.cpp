@@ -98,7 +98,7 @@ void fill(const DevSpan& span, const FillElement& element) {
   });
 }
 
-void transfer(Op& op, Scheduler& scheduler) {
+void transfer(const Op& op, Scheduler& scheduler) {
   const Clock::time_point start = Clock::now();
   scheduler.dma().copy(transferRanges(op.dev, static_cast<char*>(op.host), op.kind == OpKind::H2D));
   const double rate = scheduler.config().dma_bytes_per_ns;
@@ -110,7 +110,7 @@ void transfer(Op& op, Scheduler& scheduler) {
 
 }  // namespace
 
-bool executeOp(Op& op, Scheduler& scheduler, std::string& error) {
+bool executeOp(const Op& op, Scheduler& scheduler, std::string& error) {
   try {
     switch (op.kind) {
       case OpKind::H2D:
@@ -122,7 +122,8 @@ bool executeOp(Op& op, Scheduler& scheduler, std::string& error) {
       case OpKind::Delay: scheduler.sleepUntil(Clock::now() + op.delay); break;
       case OpKind::EventRecord: op.sync->complete(recordTimestampNs()); break;
       case OpKind::EventWait:
-      case OpKind::Gate: break;  // handled by the scheduler: the stream parks instead
+      case OpKind::Gate:
+      case OpKind::Graph: break;  // handled by the scheduler (a wait parks; a graph runs its nodes)
     }
     return true;
   } catch (const abi::__forced_unwind&) {
@@ -147,6 +148,7 @@ const char* opKindName(OpKind kind) {
     case OpKind::EventRecord: return "event_record";
     case OpKind::EventWait: return "event_wait";
     case OpKind::Gate: return "gate";
+    case OpKind::Graph: return "graph";
   }
   return "unknown";
 }

@@ -11,6 +11,6 @@ namespace flex::detail {
 // Runs `op`; on failure (an exception from user code) returns false with `error`
 // set to the message. The only exception that passes is the forced unwind of a
 // thread ending through pthread_exit().
-bool executeOp(Op& op, Scheduler& scheduler, std::string& error);
+bool executeOp(const Op& op, Scheduler& scheduler, std::string& error);
 
 }  // namespace flex::detail

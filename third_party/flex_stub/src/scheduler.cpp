@@ -160,10 +160,42 @@ bool Scheduler::takeFault(RuntimeStream::Impl* stream, std::string& message) {
 }
 
 bool Scheduler::runOp(RuntimeStream::Impl* stream, Op op, std::string& error) {
+  if (op.kind == OpKind::Graph) return runGraph(stream, op, error);
   const bool tracing = trace::enabled();
   const int64_t start = tracing ? nowNs() : 0;
   const bool ok = executeOp(op, *this, error);
   if (tracing) trace::record(*stream, op, start, nowNs(), /*failed=*/!ok);
+  return ok;
+}
+
+bool Scheduler::runGraph(RuntimeStream::Impl* stream, const Op& launch, std::string& error) {
+  const int64_t graph_start = trace::enabled() ? nowNs() : 0;
+  bool ok = true;
+  size_t index = 0;
+  for (const Op& node : launch.graph->ops) {
+    const bool tracing = trace::enabled();
+    const int64_t start = tracing ? nowNs() : 0;
+    // Nodes are shared by every launch of the graph: executeOp leaves them as
+    // they are; a traced node's record carries the launch's correlation ids.
+    ok = executeOp(node, *this, error);
+    if (tracing) {
+      Op traced;
+      traced.kind = node.kind;
+      traced.bytes = node.bytes;
+      traced.name = node.name;
+      traced.launch = launch.launch;
+      traced.launch.id = 0;  // each node's record gets its own id
+      traced.launch.graph_launch = launch.launch.id;
+      trace::record(*stream, traced, start, nowNs(), /*failed=*/!ok);
+    }
+    if (!ok) {
+      error = "graph node " + std::to_string(index) + " (" +
+              (node.name.empty() ? opKindName(node.kind) : node.name) + "): " + error;
+      break;
+    }
+    ++index;
+  }
+  if (graph_start != 0) trace::record(*stream, launch, graph_start, nowNs(), /*failed=*/!ok);
   return ok;
 }
 

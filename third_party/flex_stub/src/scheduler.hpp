@@ -78,6 +78,8 @@ class Scheduler {
   static constexpr std::chrono::nanoseconds kLingerTime{3000};
   // Executes one operation outside any lock; the op is destroyed before return.
   bool runOp(RuntimeStream::Impl* stream, Op op, std::string& error);
+  // A graph launch: its nodes in order, each traced as its own operation.
+  bool runGraph(RuntimeStream::Impl* stream, const Op& launch, std::string& error);
   // Consumes a pending fault for the operation about to run, if any.
   bool takeFault(RuntimeStream::Impl* stream, std::string& message);
   bool shouldYield(RuntimeStreamPriority running) const;

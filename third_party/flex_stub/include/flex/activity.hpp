@@ -30,10 +30,11 @@ enum class Kind : uint8_t {
   EventRecord,
   EventWait,
   Gate,  // flex::test::Gate (emulator tests only)
+  Graph,  // RuntimeStream::launchGraph: the whole launch (its nodes have records of their own)
 };
 
 // "h2d", "d2h", "d2d", "fill", "compute", "host_callback", "delay",
-// "event_record", "event_wait", "gate".
+// "event_record", "event_wait", "gate", "graph".
 const char* kindName(Kind kind);
 
 struct Record {
@@ -58,6 +59,9 @@ struct Record {
   uint64_t stream_id = 0;
   RuntimeStreamPriority priority = RuntimeStreamPriority::NORMAL;
   bool failed = false;  // the operation ran and raised (the stream latched the error)
+  // A graph's node: the launch_id of the graph launch that ran it (the launch
+  // has a record of its own, kind Graph, spanning its nodes); 0 otherwise.
+  uint64_t graph_launch_id = 0;
 };
 
 // Start recording; drops records not yet flushed. Operations launched before

@@ -147,6 +147,7 @@ struct HostCallbackParams {
 
 class RuntimeStream;
 class RuntimeContext;
+class RuntimeGraph;
 
 // ---------------------------------------------------------------- events
 // A marker in a stream's work. Every record() is its own completion state:
@@ -202,6 +203,11 @@ class RuntimeStream {
                  bool use_dmai = false);
   // Occupy the stream for `duration` of emulated device time.
   void launchOperationDelay(std::chrono::nanoseconds duration);
+  // Queue every node of `graph` as one operation: one engine runs the nodes
+  // in the order they were added. Returns at once; the nodes launched are
+  // those added before the call. A node that throws fails the stream as any
+  // operation does; the nodes after it do not run.
+  void launchGraph(const RuntimeGraph& graph);
 
   // True iff every launched operation has finished (none queued or running).
   // Throws the stream's pending failure once.
@@ -231,6 +237,36 @@ class RuntimeStream {
   RuntimeStream(const RuntimeStream&) = delete;
   RuntimeStream& operator=(const RuntimeStream&) = delete;
   std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------- graphs
+// A sequence of device operations recorded once and launched many times as one
+// stream operation (RuntimeStream::launchGraph): the runtime's graph. Nodes are
+// device-to-device copies, fills and computes, added in the order they run (a
+// valid order of their dependencies). Each add is checked as the matching
+// launch is; the device memory a node names must stay allocated for as long as
+// the graph can be launched. A compute node's function runs once per launch, so
+// it must be callable again. While activities are recorded (flex/activity.hpp)
+// a launch yields one record of kind Graph spanning the whole launch plus one
+// record per node, each with the graph launch's correlation ids.
+// Copies share the nodes; a launch keeps the nodes it runs alive until it ends.
+class RuntimeGraph {
+ public:
+  RuntimeGraph();
+  ~RuntimeGraph();
+  RuntimeGraph(const RuntimeGraph&);
+  RuntimeGraph& operator=(const RuntimeGraph&);
+
+  void addD2D(const D2DParams* params);
+  void addCompute(const ComputeParams* params);
+  void addFill(const CompositeAddress* dev, double value, DataFormats format);
+  size_t nodeCount() const;
+
+  struct Nodes;  // implementation detail
+  const std::shared_ptr<const Nodes>& nodes() const;
+
+ private:
+  std::shared_ptr<const Nodes> nodes_;
 };
 
 // ---------------------------------------------------------------- context
