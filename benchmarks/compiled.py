@@ -58,7 +58,9 @@ def rows(quick, repeats, selected):
     if selected("compile.transformer_block"):
         # The second row runs the same block on CPU: what inductor itself gains
         # on this host, the ceiling of the first, since spyre runs CPU's kernels.
-        for device, name, target in [("spyre", "compile.transformer_block", at_most(0.8)),
+        # Report only: issue 34 replaced the first row's target (<= 0.8x eager)
+        # with graphs.transformer_block's (reduce-overhead against compiled CPU).
+        for device, name, target in [("spyre", "compile.transformer_block", REPORT),
                                      ("cpu", "compile.transformer_block_on_cpu", REPORT)]:
             block, x = make_block(device)
             namespace.update(eager=block, compiled=torch.compile(block), dx=x)

@@ -21,6 +21,7 @@ import torch
 import compiled
 import compute
 import first_result
+import graphs
 import native
 import profiling
 import python_api
@@ -113,6 +114,7 @@ def main(argv=None):
         + round_trip.rows(args.quick, repeats, selected)
         + compute.rows(args.quick, repeats, selected)
         + compiled.rows(args.quick, repeats, selected)
+        + graphs.rows(args.quick, repeats, selected)
         + profiling.rows(args.quick, repeats, selected)
         + first_result.rows(args.quick, repeats, selected)
     )

@@ -42,6 +42,8 @@ ROWS = {
     "compile.transformer_block",
     "compile.transformer_block_on_cpu",
     "compile.first_compile",
+    "graphs.replay_100_adds",
+    "graphs.transformer_block",
     "profiler.launch_add_1k",
     "profiler.launch_vs_cpu_profile",
     "process.first_result",

@@ -10,8 +10,8 @@ import torch_spyre
 from conftest import run_python
 
 # The package's own submodules: torch.cuda has memory/random/streams too.
-SUBMODULES = {"distributed", "errors", "events", "memory", "profiler", "random", "sanitizer", "streams",
-              "sync_debug", "testing"}
+SUBMODULES = {"distributed", "errors", "events", "graphs", "memory", "profiler", "random", "sanitizer",
+              "streams", "sync_debug", "testing"}
 
 
 def test_dir_is_the_api_and_the_package_submodules():
@@ -34,7 +34,8 @@ def test_dir_in_a_fresh_process_has_no_stray_module():
                      and isinstance(getattr(torch.spyre, n), types.ModuleType)))
         """
     )
-    assert proc.stdout.strip() == "['errors', 'events', 'memory', 'random', 'sanitizer', 'streams', 'sync_debug']"
+    assert proc.stdout.strip() == ("['errors', 'events', 'graphs', 'memory', 'random', 'sanitizer', "
+                                   "'streams', 'sync_debug']")
 
 
 CUDA_NAMES = [
@@ -47,6 +48,7 @@ CUDA_NAMES = [
     "seed_all", "set_device", "set_rng_state", "set_rng_state_all", "synchronize",
     "Event", "Stream", "StreamContext", "current_stream", "default_stream", "set_stream",
     "stream", "host_memory_stats", "get_sync_debug_mode", "set_sync_debug_mode",
+    "graph", "graph_pool_handle", "is_current_stream_capturing",
 ]
 
 

@@ -30,7 +30,7 @@ def test_runtime_layer_includes_no_aten_or_torch_header():
 
 def test_csrc_is_one_folder_per_layer():
     entries = sorted(os.listdir(os.path.join(ROOT, "csrc")))
-    assert entries == ["aten", "device", "profiler", "python", "runtime", "testing"]
+    assert entries == ["aten", "device", "graphs", "profiler", "python", "runtime", "testing"]
 
 
 def test_native_module_has_no_test_or_benchmark_machinery():

@@ -117,11 +117,6 @@ def test_ddp_trains_in_one_process():
     assert proc.stdout.splitlines() == ["True"]
 
 
-def test_graphs_are_not_supported():
-    with pytest.raises(RuntimeError, match=r"^Graph is not supported on device type: spyre$"):
-        torch.accelerator.Graph()
-
-
 def test_sparse_tensors_are_not_supported_yet():
     with pytest.raises(NotImplementedError, match=r"^Could not run "
                        r"'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from the "

@@ -81,6 +81,7 @@ from .random import (  # noqa: E402
     set_rng_state_all,
 )
 from . import sanitizer  # noqa: E402
+from .graphs import Graph, graph, graph_pool_handle, is_current_stream_capturing  # noqa: E402
 from .streams import (  # noqa: F401,E402
     Stream,
     StreamContext,
@@ -115,6 +116,8 @@ __all__ = [
     "stream_get_error_string",
     # sync debug mode
     "get_sync_debug_mode", "set_sync_debug_mode",
+    # graphs
+    "Graph", "graph", "graph_pool_handle", "is_current_stream_capturing",
 ]
 
 

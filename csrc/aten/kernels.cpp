@@ -25,6 +25,7 @@
 #include "device/allocator.h"
 #include "device/dtypes.h"
 #include "device/generator.h"
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
 #include "runtime/sync_debug.h"
@@ -237,6 +238,10 @@ at::Tensor copyTensor(const at::Tensor& self, const at::Tensor& dst, bool non_bl
                                 : "a blocking copy from cpu to spyre");
   }
   const SpyreStream stream = getCurrentStream(index);
+  if (C10_UNLIKELY(touches_host && capture::anyCapture())) {
+    capture::refuseIfCapturing(stream.id(), src_spyre ? "a copy from spyre to cpu (.cpu(), .to('cpu'))"
+                                                      : "a copy from cpu to spyre");
+  }
   const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   const bool host_recorded = launchCopy(stream, src, dst);
   if (touches_host && !(non_blocking && host_recorded)) {
@@ -256,6 +261,10 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   checkImplicitSync("aten::_local_scalar_dense (.item())");
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::refuseIfCapturing(getCurrentStream(self.device().index()).id(),
+                               "aten::_local_scalar_dense (.item(): the host reads device memory)");
+  }
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
   copyTensor(self.reshape({}), host, /*non_blocking=*/false, /*check_sync=*/false);
   return at::native::_local_scalar_dense_cpu(host);
@@ -346,51 +355,58 @@ at::Tensor& zero_(at::Tensor& self) {
 // choose their algorithm and draw order from the layout, so draws equal CPU's
 // (and an overlapping self raises CPU's error here, not on the stream).
 template <typename Draw>
-at::Tensor& randomFill(at::Tensor& self, const std::optional<at::Generator>& generator,
-                       Draw draw) {
+at::Tensor& randomFill(at::Tensor& self, const char* op,
+                       const std::optional<at::Generator>& generator, Draw draw) {
+  const SpyreStream stream = getCurrentStream(self.device().index());
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    // A replay would write the numbers drawn once, at capture, every time.
+    capture::refuseIfCapturing(stream.id(), std::string(op) +
+                                                " (a random op: it draws on the host at the call, "
+                                                "so every replay would repeat the same numbers)");
+  }
   at::Tensor host =
       at::empty_strided(self.sizes(), self.strides(), self.options().device(at::kCPU));
   draw(host, cpuGeneratorOf(generator, self.device().index()));
   // `host` never reaches Python: the copy may drop it on the engine.
-  launchCopy(getCurrentStream(self.device().index()), host, self, [host] {});
+  launchCopy(stream, host, self, [host] {});
   return self;
 }
 
 at::Tensor& normal_(at::Tensor& self, double mean, double std,
                     std::optional<at::Generator> generator) {
-  return randomFill(self, generator,
+  return randomFill(self, "aten::normal_", generator,
                     [&](at::Tensor& h, const at::Generator& g) { h.normal_(mean, std, g); });
 }
 
 at::Tensor& uniform_(at::Tensor& self, double from, double to,
                      std::optional<at::Generator> generator) {
-  return randomFill(self, generator,
+  return randomFill(self, "aten::uniform_", generator,
                     [&](at::Tensor& h, const at::Generator& g) { h.uniform_(from, to, g); });
 }
 
 at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
                         std::optional<at::Generator> generator) {
-  return randomFill(self, generator,
+  return randomFill(self, "aten::random_.from", generator,
                     [&](at::Tensor& h, const at::Generator& g) { h.random_(from, to, g); });
 }
 
 at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> generator) {
-  return randomFill(self, generator,
+  return randomFill(self, "aten::random_.to", generator,
                     [&](at::Tensor& h, const at::Generator& g) { h.random_(to, g); });
 }
 
 at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> generator) {
-  return randomFill(self, generator,
+  return randomFill(self, "aten::random_", generator,
                     [&](at::Tensor& h, const at::Generator& g) { h.random_(g); });
 }
 
 at::Tensor& bernoulli_float(at::Tensor& self, double p, std::optional<at::Generator> generator) {
-  return randomFill(self, generator,
+  return randomFill(self, "aten::bernoulli_.float", generator,
                     [&](at::Tensor& h, const at::Generator& g) { h.bernoulli_(p, g); });
 }
 
 at::Tensor& exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> generator) {
-  return randomFill(self, generator,
+  return randomFill(self, "aten::exponential_", generator,
                     [&](at::Tensor& h, const at::Generator& g) { h.exponential_(lambd, g); });
 }
 

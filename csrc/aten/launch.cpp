@@ -21,6 +21,7 @@
 #include "aten/sync_path.h"
 #include "aten/tensor_ref.h"
 #include "aten/work.h"
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 
 namespace spyre {
@@ -160,6 +161,12 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     if (verified == Verified::No) {
       // The kernel failed on scratch data: run it on the real data at the
       // call, so whatever it raises reaches the caller.
+      if (C10_UNLIKELY(capture::anyCapture())) {
+        capture::refuseIfCapturing(stream.id(),
+                                   compute_op.schema().name() +
+                                       " (its first call runs at the call: run it once before "
+                                       "capturing)");
+      }
       stream.synchronize();
       try {
         work->run();
@@ -173,6 +180,8 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       verifiedSignatures().add(plan->signature);
     } else {
       work->on_engine = true;
+      // A captured op runs once per replay: it keeps its arguments.
+      work->replayable = capture::anyCapture();
       // The closure is moved into the runtime, never copied.
       stream.launchComputeOnCheckedDevice([work = std::move(work)] { work->run(); }, name, bytes);
     }

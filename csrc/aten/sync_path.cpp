@@ -12,6 +12,7 @@
 #include "aten/stream_copy.h"
 #include "aten/tensor_ref.h"
 #include "device/generator.h"
+#include "runtime/capture.h"
 #include "runtime/stream.h"
 #include "runtime/sync_debug.h"
 
@@ -116,6 +117,14 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
   // An implicit wait (sync debug mode), flagged before anything happens.
   checkImplicitSync(schema.name().c_str());
   const SpyreStream stream = getCurrentStream(device);
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::refuseIfCapturing(
+        stream.id(), schema.name() + (op.hasTag(at::Tag::nondeterministic_seeded)
+                                          ? " (a random op: it draws on the host at the call, so "
+                                            "every replay would repeat the same numbers)"
+                                          : " (it runs at the call: the host waits for the stream "
+                                            "and reads its arguments)"));
+  }
   stream.synchronize();  // the host reads the arguments
   Stack host;
   host.reserve(args.size());

@@ -130,7 +130,7 @@ void Work::run() {
   // first (scratch) run at every call instead.
   std::optional<c10::WarningUtils::WarningHandlerGuard> silence;
   if (on_engine) silence.emplace(&silentWarnings());
-  Stack stack = std::move(args);
+  Stack stack = replayable ? args : std::move(args);
   for (const Slot& slot : slots) stack[slot.index] = aliasOf(slot);
   if (out_variant) {
     for (size_t k = 0; k < outputs.size(); ++k) stack.push_back(outputAlias(k));

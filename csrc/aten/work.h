@@ -58,6 +58,8 @@ struct Work {
   c10::SmallVector<bool, 2> output_is_list;
   int num_threads;
   bool on_engine = false;
+  // Captured into a graph: run() copies the arguments instead of moving them.
+  bool replayable = false;
   // Set by run() when a result of the functional op is not the output the
   // meta kernel described (its size or dtype): the meta kernel and CPU's
   // disagree, so the plan cannot be launched.
@@ -80,7 +82,7 @@ struct Work {
   void copyResult(const TensorRef& out, const at::Tensor& result);
 
   // Runs the CPU kernel over CPU aliases of the refs (on an engine when
-  // on_engine). The arguments are moved out: run once.
+  // on_engine). The arguments are moved out (run once) unless replayable.
   void run();
 };
 

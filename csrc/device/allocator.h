@@ -7,6 +7,9 @@
 // reused only after that work has finished.
 #pragma once
 
+#include <cstdint>
+#include <utility>
+
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/Storage.h>
@@ -30,6 +33,11 @@ bool recordPinnedUse(const c10::DataPtr& data_ptr, const SpyreStream& stream);
 // stream order on the current stream (no host synchronization). On
 // out-of-memory the storage is left unchanged.
 void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes);
+
+// Graphs: a graph holds the private pool `id` (allocations on its capturing
+// streams come from it), and lets go of it (device/caching_allocator.h).
+void useGraphPool(std::pair<uint64_t, uint64_t> id);
+void releaseGraphPool(std::pair<uint64_t, uint64_t> id);
 
 // The at::HostAllocator registered for PrivateUse1 (pinned host memory).
 c10::Allocator* pinnedHostAllocator();

@@ -7,6 +7,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
+#include "runtime/capture.h"
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
 #include "runtime/sanitizer.h"
@@ -95,20 +96,28 @@ flex::RuntimeStream* DeviceCachingAllocator::handleLocked(c10::StreamId stream,
 
 DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex device) {
   const c10::StreamId stream = getCurrentStream(device).id();
+  const PoolId capture_pool = capture::poolOf(stream);  // {0, 0} unless the stream captures
   std::unique_lock<std::mutex> lock(mutex_);
   if (nbytes > kLargestRequest) {
     throwOutOfMemory(lock, device, nbytes, 0, "the request is larger than any segment");
   }
   const size_t size = roundSize(nbytes);
   const size_t segment_bytes = segmentSize(size);
-  Pool& pool = size <= kSmallSize ? small_pool_ : large_pool_;
+  PrivatePool* owner = nullptr;
+  if (capture_pool != PoolId{0, 0}) {
+    const auto it = private_pools_.find(capture_pool);
+    TORCH_INTERNAL_ASSERT(it != private_pools_.end(), "a capture's pool is not held");
+    owner = it->second.get();
+  }
+  Pool& pool = owner != nullptr ? (size <= kSmallSize ? owner->small : owner->large)
+                                : (size <= kSmallSize ? small_pool_ : large_pool_);
   handleLocked(stream, device);  // free() reads it and must not resolve
   retryDeferredLocked();
   processEventsLocked();
   std::string runtime_message;
   DeviceBlock* block = takeFreeBlockLocked(pool, stream, size);
   if (block == nullptr) {
-    block = allocateSegmentLocked(pool, stream, device, segment_bytes, runtime_message);
+    block = allocateSegmentLocked(pool, owner, stream, device, segment_bytes, runtime_message);
   }
   if (block == nullptr) {
     // As CUDA: give every cached block back (after waiting for pending frees)
@@ -119,7 +128,7 @@ DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex devi
     ++stats_.num_alloc_retries;
     block = takeFreeBlockLocked(pool, stream, size);
     if (block == nullptr) {
-      block = allocateSegmentLocked(pool, stream, device, segment_bytes, runtime_message);
+      block = allocateSegmentLocked(pool, owner, stream, device, segment_bytes, runtime_message);
     }
     if (block == nullptr) {
       throwOutOfMemory(lock, device, nbytes, segment_bytes, runtime_message.c_str());
@@ -142,18 +151,21 @@ DeviceBlock* DeviceCachingAllocator::takeFreeBlockLocked(Pool& pool, c10::Stream
   return block;
 }
 
-DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, c10::StreamId stream,
+DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, PrivatePool* owner,
+                                                           c10::StreamId stream,
                                                            c10::DeviceIndex device,
                                                            size_t segment_bytes,
                                                            std::string& runtime_message) {
   std::unique_ptr<DeviceBlock> block(
       newBlock(nullptr, segment_bytes, stream, device, pool.is_small));  // before the memory
+  block->private_pool = owner;
   try {
     block->ptr = static_cast<char*>(runtimeContext()->allocate(segment_bytes));
   } catch (const flex::OutOfMemoryError& error) {
     runtime_message = error.what();
     return nullptr;
   }
+  if (owner != nullptr) ++owner->segments;
   change(stats_.segment, pool.is_small, 1);
   change(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(segment_bytes));
   ++stats_.num_device_alloc;
@@ -162,13 +174,14 @@ DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, c10::Stre
 
 DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, size_t size,
                                                             size_t requested) {
-  Pool& pool = block->small ? small_pool_ : large_pool_;
+  Pool& pool = poolOf(block);
   const bool already_split = block->isSplit();
   const size_t rest = block->size - size;
   // Keep the rest only when it can serve a request of the same pool.
   if (block->small ? rest >= kMinBlockSize : rest > kSmallSize) {
     DeviceBlock* remaining = block;
     block = newBlock(remaining->ptr, size, remaining->stream, remaining->device, remaining->small);
+    block->private_pool = remaining->private_pool;
     block->prev = remaining->prev;
     if (block->prev != nullptr) block->prev->next = block;
     block->next = remaining;
@@ -292,8 +305,29 @@ void DeviceCachingAllocator::processEventsLocked() {
   }
 }
 
+DeviceCachingAllocator::Pool& DeviceCachingAllocator::poolOf(const DeviceBlock* block) {
+  if (block->private_pool != nullptr) {
+    return block->small ? block->private_pool->small : block->private_pool->large;
+  }
+  return block->small ? small_pool_ : large_pool_;
+}
+
+void DeviceCachingAllocator::usePool(PoolId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_ptr<PrivatePool>& pool = private_pools_[id];
+  if (pool == nullptr) pool = std::make_unique<PrivatePool>();
+  ++pool->use_count;
+}
+
+void DeviceCachingAllocator::releasePool(PoolId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = private_pools_.find(id);
+  if (it == private_pools_.end()) return;
+  if (--it->second->use_count == 0 && it->second->segments == 0) private_pools_.erase(it);
+}
+
 void DeviceCachingAllocator::freeBlockLocked(DeviceBlock* block) {
-  Pool& pool = block->small ? small_pool_ : large_pool_;
+  Pool& pool = poolOf(block);
   const auto original_size = static_cast<int64_t>(block->size);
   int64_t split_blocks = 0;
   int64_t split_bytes = 0;
@@ -371,8 +405,15 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
       if (--entry.block->event_count == 0 && !entry.block->deferred) freeBlockLocked(entry.block);
     }
     // Whole free segments leave the pools now; a split one still has a
-    // block in use.
-    for (Pool* pool : {&small_pool_, &large_pool_}) {
+    // block in use. A private pool's only once no graph holds it.
+    std::vector<Pool*> pools{&small_pool_, &large_pool_};
+    for (const auto& [id, pool] : private_pools_) {
+      if (pool->use_count == 0) {
+        pools.push_back(&pool->small);
+        pools.push_back(&pool->large);
+      }
+    }
+    for (Pool* pool : pools) {
       for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
         DeviceBlock* block = *it;
         if (block->isSplit()) {
@@ -407,6 +448,12 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
     }
   });
   for (const c10::StreamId id : allocation_streams) sanitizer::onStreamComplete(id);
+  // A graph's pool is used by its replays, on whatever stream they were
+  // launched: its segments go back only once every stream is idle.
+  if (std::any_of(segments.begin(), segments.end(),
+                  [](const DeviceBlock* segment) { return segment->private_pool != nullptr; })) {
+    settleDevice();
+  }
   for (DeviceBlock* segment : segments) {
     try {
       if (flex::RuntimeContext* context = flex::RuntimeContext::get()) {
@@ -418,10 +465,17 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   for (DeviceBlock* segment : segments) {
+    if (PrivatePool* owner = segment->private_pool) {
+      --owner->segments;
+    }
     change(stats_.segment, segment->small, -1);
     change(stats_.reserved_bytes, segment->small, -static_cast<int64_t>(segment->size));
     ++stats_.num_device_free;
     delete segment;
+  }
+  for (auto it = private_pools_.begin(); it != private_pools_.end();) {
+    const bool unused = it->second->use_count == 0 && it->second->segments == 0;
+    it = unused ? private_pools_.erase(it) : std::next(it);
   }
 }
 

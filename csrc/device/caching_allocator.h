@@ -14,6 +14,11 @@
 //   and returns to its pool when they have all completed.
 // - Cached memory goes back to the runtime only on empty_cache() or when an
 //   allocation fails; then the allocation is retried once.
+// - Graphs (docs/graphs.md): while a stream captures, its allocations come from
+//   the capture's private pool (segments of its own, with the same rules),
+//   and blocks freed later return there. A private pool's memory stays
+//   reserved while a graph holds it (usePool/releasePool); once none does, its
+//   free segments go back to the runtime at the next empty_cache().
 //
 // One mutex guards everything. No wait on device work happens under it: engine
 // threads free blocks too (tensors captured by queued work), so a host thread
@@ -42,6 +47,7 @@
 namespace spyre {
 
 struct DeviceBlock;
+struct PrivatePool;
 // Pool order: allocation stream, then size, then address.
 struct BlockBySize {
   bool operator()(const DeviceBlock* a, const DeviceBlock* b) const;
@@ -55,6 +61,7 @@ struct DeviceBlock {
   c10::StreamId stream;  // allocation stream: the only one that may reuse it
   c10::DeviceIndex device;
   bool small;  // pool: small (requests <= 1 MiB) or large
+  PrivatePool* private_pool = nullptr;  // a graph's pool, or null: the common pools
   bool allocated = false;
   size_t requested_size = 0;  // what the caller asked for, before rounding
   int event_count = 0;        // events recorded at free time, not yet completed
@@ -73,8 +80,30 @@ struct DeviceBlock {
   bool isSplit() const { return prev != nullptr || next != nullptr; }
 };
 
+// Free blocks of one size class.
+struct BlockPool {
+  BlockSet blocks;  // free blocks
+  bool is_small;
+};
+
+// A graph's private pool: its own free blocks, and how many segments and
+// graphs it has.
+struct PrivatePool {
+  BlockPool small{{}, true};
+  BlockPool large{{}, false};
+  int use_count = 0;    // graphs holding it
+  size_t segments = 0;  // segments taken from the runtime for it
+};
+
 class DeviceCachingAllocator {
  public:
+  using PoolId = std::pair<uint64_t, uint64_t>;
+  // A graph holds the private pool `id` (created at its first use).
+  void usePool(PoolId id);
+  // The graph let go of it: once no graph holds it, its free segments go back
+  // to the runtime at the next empty_cache().
+  void releasePool(PoolId id);
+
   // A block of at least `nbytes` (> 0) for the current stream of `device`.
   // Raises c10::OutOfMemoryError naming the sizes when even a retry after
   // releasing every cached block fails.
@@ -99,10 +128,9 @@ class DeviceCachingAllocator {
   void unlockAfterFork();
 
  private:
-  struct Pool {
-    BlockSet blocks;  // free blocks
-    bool is_small;
-  };
+  using Pool = BlockPool;
+  // The pool a free block returns to.
+  Pool& poolOf(const DeviceBlock* block);
   struct PendingEvent {
     std::unique_ptr<flex::RuntimeEvent> event;
     DeviceBlock* block;
@@ -124,8 +152,9 @@ class DeviceCachingAllocator {
   flex::RuntimeStream* handleLocked(c10::StreamId stream, c10::DeviceIndex device);
   DeviceBlock* takeFreeBlockLocked(Pool& pool, c10::StreamId stream, size_t size);
   // A new segment, or nullptr with `runtime_message` set when the runtime is out of memory.
-  DeviceBlock* allocateSegmentLocked(Pool& pool, c10::StreamId stream, c10::DeviceIndex device,
-                                     size_t segment_bytes, std::string& runtime_message);
+  DeviceBlock* allocateSegmentLocked(Pool& pool, PrivatePool* owner, c10::StreamId stream,
+                                     c10::DeviceIndex device, size_t segment_bytes,
+                                     std::string& runtime_message);
   DeviceBlock* splitAndActivateLocked(DeviceBlock* block, size_t size, size_t requested);
   // Records an event on every stream the block was used on; a use leaves
   // block->stream_uses only once its event is queued, so a retry after a
@@ -152,6 +181,7 @@ class DeviceCachingAllocator {
   std::array<flex::RuntimeStream*, kMaxStreamIds> handles_{};
   c10::CachingDeviceAllocator::DeviceStats stats_;
   DeviceBlock* deferred_ = nullptr;  // see DeviceBlock::deferred
+  std::map<PoolId, std::unique_ptr<PrivatePool>> private_pools_;
 };
 
 }  // namespace spyre

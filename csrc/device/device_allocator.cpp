@@ -108,6 +108,14 @@ c10::DataPtr allocateOnCheckedDevice(size_t nbytes, c10::DeviceIndex device) {
   return {block->ptr, block, &freeDeviceBlock, where};
 }
 
+void useGraphPool(std::pair<uint64_t, uint64_t> id) {
+  theBlockPools().usePool(id);
+}
+
+void releaseGraphPool(std::pair<uint64_t, uint64_t> id) {
+  theBlockPools().releasePool(id);
+}
+
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
   if (data_ptr.get_deleter() != &freeDeviceBlock) {
     return;

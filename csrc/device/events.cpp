@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <flex/flex.hpp>
 
+#include "runtime/capture.h"
 #include "runtime/host_wait.h"
 #include "runtime/sanitizer.h"
 #include "runtime/stream.h"
@@ -30,6 +31,20 @@ void recordEvent(void** event, const c10::Stream& stream, c10::DeviceIndex devic
   TORCH_CHECK(flag == c10::EventFlag::PYTORCH_DEFAULT || flag == c10::EventFlag::BACKEND_DEFAULT,
               "Received unknown event flag ", static_cast<int>(flag));
   flex::RuntimeStream* handle = SpyreStream(stream).resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    // On a capturing stream the record is part of the capture: nothing is
+    // queued (an event not yet created is created unrecorded).
+    if (*event == nullptr) {
+      auto created = std::make_unique<flex::RuntimeEvent>(
+          /*enable_timing=*/flag == c10::EventFlag::BACKEND_DEFAULT);
+      if (capture::recordEvent(created.get(), stream.id())) {
+        *event = created.release();
+        return;
+      }
+    } else if (capture::recordEvent(*event, stream.id())) {
+      return;
+    }
+  }
   if (*event != nullptr) {
     asEvent(*event)->record(handle);
     sanitizer::onEventRecord(*event, stream.id());
@@ -47,13 +62,16 @@ void recordEvent(void** event, const c10::Stream& stream, c10::DeviceIndex devic
 void blockStreamOnEvent(void* event, const c10::Stream& stream) {
   if (event != nullptr) {
     RECORD_FUNCTION("spyre::wait_event", c10::ArrayRef<const c10::IValue>{});
-    asEvent(event)->wait(SpyreStream(stream).resolveRuntimeHandle());
+    flex::RuntimeStream* handle = SpyreStream(stream).resolveRuntimeHandle();
+    if (C10_UNLIKELY(capture::anyCapture()) && capture::waitEvent(event, stream.id())) return;
+    asEvent(event)->wait(handle);
     sanitizer::onStreamWaitEvent(stream.id(), event);
   }
 }
 
 bool queryEvent(void* event) {
   if (event == nullptr) return true;
+  capture::checkEventHostUse(event, "query()");
   const bool done = asEvent(event)->query();
   if (done) sanitizer::onEventComplete(event);  // the host now knows
   return done;
@@ -61,12 +79,14 @@ bool queryEvent(void* event) {
 
 void synchronizeEvent(void* event) {
   if (event != nullptr) {
+    capture::checkEventHostUse(event, "synchronize()");
     waitForDevice([event] { asEvent(event)->synchronize(); });
     sanitizer::onEventComplete(event);
   }
 }
 
 void destroyEvent(void* event) noexcept {
+  capture::forgetEvent(event);
   sanitizer::onEventDestroy(event);
   delete asEvent(event);
 }

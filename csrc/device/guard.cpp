@@ -9,6 +9,7 @@
 #include "device/allocator.h"
 #include "device/dtypes.h"
 #include "device/events.h"
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
 
@@ -86,8 +87,9 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     SpyreStream(stream).synchronize();
   }
 
-  bool isStreamCapturing(const c10::Stream& /*stream*/) const override {
-    return false;
+  bool isStreamCapturing(const c10::Stream& stream) const override {
+    (void)SpyreStream(stream);  // checked: a spyre stream
+    return capture::isCapturing(stream.id());
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {

@@ -63,6 +63,8 @@ ActivityType deviceActivityType(Kind kind) {
     case Kind::EventRecord:
     case Kind::EventWait:
     case Kind::Gate: return ActivityType::CUDA_SYNC;
+    // The span of a graph launch: its nodes are the device work (counted once).
+    case Kind::Graph: return ActivityType::GPU_USER_ANNOTATION;
     case Kind::Compute:
     case Kind::HostCallback:
     case Kind::Delay: break;
@@ -80,6 +82,7 @@ std::string deviceActivityName(const flex::activity::Record& record) {
     case Kind::EventWait: return "Stream Wait Event";
     case Kind::Gate: return "Gate";
     case Kind::Delay: return "delay";
+    case Kind::Graph: return "spyre graph replay";
     case Kind::Compute:
     case Kind::HostCallback: break;
   }
@@ -99,6 +102,7 @@ const char* launchName(Kind kind) {
     case Kind::EventRecord: return "RuntimeEvent::record";
     case Kind::EventWait: return "RuntimeEvent::wait";
     case Kind::Gate: return "Gate::enqueueOn";
+    case Kind::Graph: return "launchGraph";
   }
   return "launch";
 }
@@ -177,22 +181,26 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
               ? linked_activity(static_cast<int32_t>(record.correlation_id))
               : nullptr;
       const auto id = static_cast<int32_t>(record.launch_id);
-
-      buffer_.emplace_activity(buffer_.span, ActivityType::PRIVATEUSE1_RUNTIME,
-                               launchName(record.kind));
-      auto& launch = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
-      launch.startTime = record.launch_start_ns + clock_offset_ns_;
-      launch.endTime = record.launch_end_ns + clock_offset_ns_;
-      launch.id = id;
-      launch.device = pid;
-      launch.resource = static_cast<int32_t>(record.launch_thread);
-      launch.threadId = static_cast<int32_t>(record.launch_thread);
-      launch.linked = op;
-      launch.flow.id = static_cast<uint32_t>(record.launch_id);
-      launch.flow.type = libkineto::kLinkAsyncCpuGpu;
-      launch.flow.start = 1;
-      launch.addMetadata("correlation", record.launch_id);
-      logger.handleActivity(launch);
+      // A graph's node: no launch of its own (the graph's launch made it); its
+      // device activity sits on the lane under the graph's span.
+      const bool node = record.graph_launch_id != 0;
+      if (!node) {
+        buffer_.emplace_activity(buffer_.span, ActivityType::PRIVATEUSE1_RUNTIME,
+                                 launchName(record.kind));
+        auto& launch = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
+        launch.startTime = record.launch_start_ns + clock_offset_ns_;
+        launch.endTime = record.launch_end_ns + clock_offset_ns_;
+        launch.id = id;
+        launch.device = pid;
+        launch.resource = static_cast<int32_t>(record.launch_thread);
+        launch.threadId = static_cast<int32_t>(record.launch_thread);
+        launch.linked = op;
+        launch.flow.id = static_cast<uint32_t>(record.launch_id);
+        launch.flow.type = libkineto::kLinkAsyncCpuGpu;
+        launch.flow.start = 1;
+        launch.addMetadata("correlation", record.launch_id);
+        logger.handleActivity(launch);
+      }
 
       buffer_.emplace_activity(buffer_.span, deviceActivityType(record.kind),
                                deviceActivityName(record));
@@ -203,15 +211,19 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
       work.device = record.device;
       work.resource = static_cast<int32_t>(lane);
       work.threadId = static_cast<int32_t>(lane);
-      work.linked = op;
-      work.flow.id = static_cast<uint32_t>(record.launch_id);
-      work.flow.type = libkineto::kLinkAsyncCpuGpu;
-      work.flow.start = 0;
+      // The graph's span is not device time (its nodes are): not linked.
+      work.linked = record.kind == Kind::Graph ? nullptr : op;
+      if (!node) {
+        work.flow.id = static_cast<uint32_t>(record.launch_id);
+        work.flow.type = libkineto::kLinkAsyncCpuGpu;
+        work.flow.start = 0;
+      }
       work.addMetadata("device", record.device);
       work.addMetadata("stream", lane);
       work.addMetadata("correlation", record.launch_id);
       work.addMetadataQuoted("kind", flex::activity::kindName(record.kind));
       work.addMetadata("bytes", record.bytes);
+      if (node) work.addMetadata("graph_launch", record.graph_launch_id);
       if (record.failed) work.addMetadata("failed", "true");
       logger.handleActivity(work);
 

@@ -43,5 +43,6 @@ void bindCompiledKernels(py::module_& m);   // compiled_kernel_bindings.cpp
 void bindCollectives(py::module_& m);      // collective_bindings.cpp (gloo, no Python objects)
 void bindSanitizer(py::module_& m);        // sanitizer_bindings.cpp
 void bindSyncDebug(py::module_& m);        // sync_debug_bindings.cpp
+void bindGraphs(py::module_& m);           // graph_bindings.cpp
 
 }  // namespace spyre::python

@@ -48,5 +48,6 @@ PYBIND11_MODULE(_C, m) {
   bindCollectives(m);
   bindSanitizer(m);
   bindSyncDebug(m);
+  bindGraphs(m);
   bindFutures(m);
 }

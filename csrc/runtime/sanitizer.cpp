@@ -12,6 +12,7 @@
 
 #include <flex/flex.hpp>
 
+#include "runtime/capture.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
 
@@ -232,6 +233,9 @@ Mode mode() {
 
 void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses) {
   if (!enabled()) return;
+  // Captured work is recorded, not run: it accesses nothing now (replays are
+  // not tracked yet: docs/graphs.md).
+  if (capture::isCapturing(stream_id)) return;
   const bool order = mode() == Mode::Order;
   // Before the lock: capturing a Python stack takes the GIL (no report to
   // show it in when ordering).

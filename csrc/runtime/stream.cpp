@@ -17,6 +17,7 @@
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
 
+#include "runtime/capture.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
@@ -244,13 +245,22 @@ int SpyreStream::priority() const {
 }
 
 bool SpyreStream::query() const {
-  const bool done = resolveRuntimeHandle()->query();
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    const c10::StreamId stream_id = id();
+    capture::checkHostWait(&stream_id, "query()");
+  }
+  const bool done = handle->query();
   if (done) sanitizer::onStreamComplete(id());  // the host now knows
   return done;
 }
 
 void SpyreStream::synchronize() const {
   flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    const c10::StreamId stream_id = id();
+    capture::checkHostWait(&stream_id, "synchronize()");
+  }
   waitForDevice([handle] { handle->synchronize(); });
   sanitizer::onStreamComplete(id());
 }
@@ -265,7 +275,11 @@ void SpyreStream::launchH2D(const void* host, void* device, size_t nbytes,
   flex::CompositeAddress address(device, nbytes);
   flex::DmaParams params(const_cast<void*>(host), nbytes, /*to_dev=*/true, &address);
   params.callback = std::move(keep_alive);
-  resolveRuntimeHandle()->launchOperationH2D(&params);
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::refuseIfCapturing(id(), "a copy from host memory (H2D)");
+  }
+  handle->launchOperationH2D(&params);
 }
 
 void SpyreStream::launchD2H(const void* device, void* host, size_t nbytes,
@@ -273,7 +287,11 @@ void SpyreStream::launchD2H(const void* device, void* host, size_t nbytes,
   flex::CompositeAddress address(const_cast<void*>(device), nbytes);
   flex::DmaParams params(host, nbytes, /*to_dev=*/false, &address);
   params.callback = std::move(keep_alive);
-  resolveRuntimeHandle()->launchOperationD2H(&params);
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::refuseIfCapturing(id(), "a copy to host memory (D2H)");
+  }
+  handle->launchOperationD2H(&params);
 }
 
 void SpyreStream::launchD2D(const void* src, void* dst, size_t nbytes) const {
@@ -281,7 +299,9 @@ void SpyreStream::launchD2D(const void* src, void* dst, size_t nbytes) const {
   params.src = flex::CompositeAddress(const_cast<void*>(src), nbytes);
   params.dst = flex::CompositeAddress(dst, nbytes);
   params.size = nbytes;
-  resolveRuntimeHandle()->launchOperationD2D(&params);
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture()) && capture::recordD2D(id(), params)) return;
+  handle->launchOperationD2D(&params);
 }
 
 namespace {
@@ -296,26 +316,37 @@ flex::ComputeParams computeParams(std::function<void()> fn, const char* name, si
 
 // The closure is built for this one launch: the runtime takes it (moved).
 void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size_t bytes) const {
-  resolveRuntimeHandle()->launchOperationCompute(computeParams(std::move(fn), name, bytes));
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture()) && capture::recordCompute(id(), fn, name, bytes)) return;
+  handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
 }
 
 void SpyreStream::launchComputeOnCheckedDevice(std::function<void()> fn, const char* name,
                                                size_t bytes) const {
-  resolveCheckedRuntimeHandle()->launchOperationCompute(
-      computeParams(std::move(fn), name, bytes));
+  flex::RuntimeStream* handle = resolveCheckedRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture()) && capture::recordCompute(id(), fn, name, bytes)) return;
+  handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
 }
 
 void SpyreStream::launchHostCallback(std::function<void()> fn, const char* name) const {
   flex::HostCallbackParams params;
   params.fn = std::move(fn);
   params.name = name != nullptr ? name : "host_callback";
-  resolveRuntimeHandle()->launchOperationHostCallback(&params);
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::refuseIfCapturing(id(), std::string("a host callback (") + params.name + ")");
+  }
+  handle->launchOperationHostCallback(&params);
 }
 
 void SpyreStream::launchFill(void* device, size_t nbytes, double value,
                              flex::DataFormats format) const {
   flex::CompositeAddress address(device, nbytes);
-  resolveRuntimeHandle()->fillAsync(&address, value, format);
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture()) && capture::recordFill(id(), address, value, format)) {
+    return;
+  }
+  handle->fillAsync(&address, value, format);
 }
 
 void SpyreStream::launchDelay(double milliseconds) const {
@@ -323,7 +354,11 @@ void SpyreStream::launchDelay(double milliseconds) const {
                   milliseconds <= kMaxDelayMilliseconds,
               "delay must be a finite, non-negative number of milliseconds, at most ",
               kMaxDelayMilliseconds, ", got ", milliseconds);
-  resolveRuntimeHandle()->launchOperationDelay(
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::refuseIfCapturing(id(), "a delay (torch.spyre._sleep)");
+  }
+  handle->launchOperationDelay(
       std::chrono::nanoseconds(std::llround(milliseconds * 1e6)));
 }
 
@@ -403,6 +438,9 @@ struct MappedHandles : std::array<flex::RuntimeStream*, kMaxStreamIds> {
 
 void synchronizeDevice(c10::DeviceIndex device) {
   ensureDevice(device);
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::checkHostWait(nullptr, "synchronize() of the device");
+  }
   MappedHandles handles;
   const size_t count = handles.collect(streamPool());
   // Blocking work happens after the read lock is released. Every stream is

@@ -4,13 +4,15 @@ Nothing here is imported by ``import torch``: dynamo and inductor cost seconds
 to import. Inductor finds its backend through the device module
 (``torch.spyre.Scheduling`` etc., resolved lazily by torch_spyre/__init__.py);
 dynamo's device interface is registered when dynamo's device registry is first
-imported (``register_when_dynamo_loads``).
+imported, and reduce-overhead's graph policy when inductor's graph utilities are
+(``register_when_dynamo_loads``).
 """
 
 import importlib.abc
 import sys
 
 _DYNAMO_REGISTRY = "torch._dynamo.device_interface"
+_CUDAGRAPH_UTILS = "torch._inductor.cudagraph_utils"
 
 
 def _register_device_interface(registry):
@@ -46,8 +48,20 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.callback(module)
 
 
-def register_when_dynamo_loads():
-    if _DYNAMO_REGISTRY in sys.modules:
-        _register_device_interface(sys.modules[_DYNAMO_REGISTRY])
+def _install_graph_policy(cudagraph_utils):
+    from .graphs import install
+
+    install(cudagraph_utils)
+
+
+def _when_imported(name, callback):
+    if name in sys.modules:
+        callback(sys.modules[name])
     else:
-        sys.meta_path.insert(0, _AfterImport(_DYNAMO_REGISTRY, _register_device_interface))
+        sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+def register_when_dynamo_loads():
+    _when_imported(_DYNAMO_REGISTRY, _register_device_interface)
+    # reduce-overhead's spyre graphs (graphs.py): before inductor compiles or loads a graph.
+    _when_imported(_CUDAGRAPH_UTILS, _install_graph_policy)

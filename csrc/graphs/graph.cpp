@@ -1,0 +1,170 @@
+// torch.accelerator.Graph on spyre (docs/graphs.md): at::GraphImplInterface
+// over stream capture (runtime/capture.h) and the runtime's graph
+// (flex::RuntimeGraph), with the allocator's private pools
+// (device/caching_allocator.h).
+//
+// capture_begin puts the current stream in a capture and makes its
+// allocations come from the graph's pool; capture_end checks the capture and
+// keeps what it recorded; replay queues the whole graph on the current stream
+// as one runtime operation and returns at once.
+#include <ATen/core/GraphImplInterface.h>
+#include <ATen/record_function.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "device/allocator.h"
+#include "graphs/graph.h"
+#include "graphs/graph_dot.h"
+#include "runtime/capture.h"
+#include "runtime/stream.h"
+
+namespace spyre {
+
+c10::MempoolId_t newGraphPoolId() {
+  static std::atomic<c10::CaptureId_t> next{1};
+  return {0, next.fetch_add(1, std::memory_order_relaxed)};
+}
+
+namespace {
+
+capture::Mode modeOf(at::GraphCaptureMode mode) {
+  switch (mode) {
+    case at::GraphCaptureMode::Default:
+    case at::GraphCaptureMode::Global: return capture::Mode::Global;
+    case at::GraphCaptureMode::ThreadLocal: return capture::Mode::ThreadLocal;
+    case at::GraphCaptureMode::Relaxed: return capture::Mode::Relaxed;
+  }
+  TORCH_CHECK_VALUE(false, "spyre graph: unknown capture mode ", static_cast<int>(mode));
+}
+
+class SpyreGraph final : public at::GraphImplInterface {
+ public:
+  explicit SpyreGraph(const at::GraphImplArgs& args) : keep_graph_(args.keep_graph) {}
+  ~SpyreGraph() override { clear(); }
+
+  void capture_begin(c10::MempoolId_t pool, at::GraphCaptureMode mode) override {
+    TORCH_CHECK(capture_ == nullptr, "spyre graph: capture_begin: this graph is already capturing");
+    TORCH_CHECK(!captured_,
+                "spyre graph: capture_begin: this graph already holds a capture; call reset() "
+                "before capturing again");
+    const SpyreStream stream = getCurrentStream(-1);
+    const capture::Mode capture_mode = modeOf(mode);
+    if (pool_held_) {
+      releaseGraphPool(pool_);
+      pool_held_ = false;
+    }
+    pool_ = pool.first != 0 || pool.second != 0 ? pool : newGraphPoolId();
+    useGraphPool(pool_);
+    pool_held_ = true;
+    auto started = std::make_unique<capture::Capture>();
+    capture::begin(*started, stream.id(), capture_mode, pool_);
+    capture_ = std::move(started);
+  }
+
+  void capture_end() override {
+    TORCH_CHECK(capture_ != nullptr,
+                "spyre graph: capture_end: no capture in progress (call capture_begin first)");
+    const SpyreStream stream = getCurrentStream(-1);
+    TORCH_CHECK(!capture_->active || stream.id() == capture_->origin,
+                "spyre graph: capture_end must be called on the stream the capture began on (id=",
+                capture_->origin, "); the current stream is id=", stream.id());
+    const std::unique_ptr<capture::Capture> ended = std::move(capture_);
+    capture::end(*ended);  // raises when invalidated or unjoined: nothing is kept
+    graph_ = ended->graph;
+    nodes_ = ended->nodes;
+    captured_ = true;
+    if (nodes_.empty()) {
+      TORCH_WARN("spyre graph: the captured graph is empty: nothing was launched on the capturing "
+                 "stream between capture_begin and capture_end");
+    }
+    if (!keep_graph_) instantiateGraph();
+  }
+
+  void instantiate() override {
+    TORCH_CHECK(captured_, "spyre graph: instantiate: nothing was captured");
+    TORCH_CHECK(keep_graph_,
+                "spyre graph: instantiate() is for graphs made with keep_graph=True (the others "
+                "are instantiated by capture_end)");
+    instantiateGraph();
+  }
+
+  void replay() override {
+    TORCH_CHECK(captured_,
+                "spyre graph: replay: nothing was captured (capture_begin and capture_end first)");
+    if (!executable_) instantiateGraph();
+    RECORD_FUNCTION("spyre::graph_replay", c10::ArrayRef<const c10::IValue>{});
+    const SpyreStream stream = getCurrentStream(-1);
+    flex::RuntimeStream* handle = stream.resolveRuntimeHandle();
+    if (C10_UNLIKELY(capture::anyCapture())) {
+      capture::refuseIfCapturing(stream.id(), "replay() of another graph");
+    }
+    handle->launchGraph(*executable_);
+  }
+
+  void reset() override { clear(); }
+
+  c10::MempoolId_t pool() const override { return pool_; }
+
+  void enable_debug_mode() override { debug_ = true; }
+
+  void debug_dump(const std::string& path) override {
+    TORCH_CHECK(debug_,
+                "spyre graph: debug_dump needs debug mode: call enable_debug_mode() before "
+                "capturing");
+    TORCH_CHECK(captured_, "spyre graph: debug_dump: nothing was captured");
+    std::ofstream out(path);
+    TORCH_CHECK(out.good(), "spyre graph: debug_dump: cannot open ", path, " for writing");
+    out << graphDot(nodes_);
+    out.close();
+    TORCH_CHECK(!out.fail(), "spyre graph: debug_dump: writing ", path, " failed");
+  }
+
+ private:
+  void instantiateGraph() {
+    executable_ = graph_;
+    // Without keep_graph the captured graph is not kept (CUDA's rule); its
+    // node list stays for debug_dump in debug mode.
+    if (!keep_graph_) graph_.reset();
+    if (!debug_) nodes_.clear();
+  }
+
+  void clear() noexcept {
+    if (capture_ != nullptr) {
+      capture::abandon(*capture_);
+      capture_.reset();
+    }
+    graph_.reset();
+    executable_.reset();
+    nodes_.clear();
+    captured_ = false;
+    if (pool_held_) {
+      releaseGraphPool(pool_);
+      pool_held_ = false;
+    }
+  }
+
+  const bool keep_graph_;
+  bool debug_ = false;
+  std::unique_ptr<capture::Capture> capture_;  // while capturing
+  bool captured_ = false;
+  std::optional<flex::RuntimeGraph> graph_;       // what capture recorded
+  std::optional<flex::RuntimeGraph> executable_;  // what replay launches
+  std::vector<capture::Node> nodes_;              // for debug_dump
+  c10::MempoolId_t pool_{0, 0};
+  bool pool_held_ = false;
+};
+
+}  // namespace
+}  // namespace spyre
+
+// The registry's key is c10::DeviceTypeName(PrivateUse1, /*lower_case=*/false)
+// once the backend is named "spyre".
+namespace at {
+REGISTER_GRAPH_IMPL(SPYRE, spyre::SpyreGraph);
+}  // namespace at
