@@ -10,9 +10,18 @@ order, event, `wait_stream` or host wait orders are a race. `mode="raise"` raise
 on. `TORCH_SPYRE_SANITIZER=1` in the environment enables it at `import torch`
 (`warn`: in warn mode). `SPYRE_HAZARD_TRACKER=1` uses the same tracking to order
 racing launches (a wait on the streams they race with) instead of reporting.
+
+The host side of copies: a CPU operation that reads the pinned destination of a
+`non_blocking` D2H, or writes the pinned source of a `non_blocking` H2D, before
+the host waited for the copy, is reported the same way. CPU operations are seen
+in C++ (csrc/aten/sanitizer_host.cpp); `Tensor.numpy()` and `Tensor.tolist()`
+read the memory without the dispatcher and are wrapped here while the sanitizer
+is on.
 """
 
 import os
+
+import torch
 
 from . import _C
 
@@ -32,11 +41,44 @@ def enable(mode: str = "raise") -> None:
     if mode not in _MODES:
         raise ValueError(f"sanitizer mode must be one of {sorted(_MODES)}, got {mode!r}")
     _C._sanitizer_set_mode(_MODES[mode])
+    _wrap_host_reads()
 
 
 def disable() -> None:
     """Stop checking, and forget every recorded access."""
     _C._sanitizer_set_mode(0)
+    _unwrap_host_reads()
+
+
+def _host_read(name: str):
+    """Tensor.<name> reporting a read of a pending copy's host bytes (it reads them outside
+    the dispatcher): one C++ call to a relaxed load while no copy is pending."""
+    original = getattr(torch._C.TensorBase, name)
+
+    def read(self, *args, **kwargs):
+        if _C._sanitizer_host_pending() and self.device.type == "cpu":
+            _C._sanitizer_host_read(self, f"{name}()")
+        return original(self, *args, **kwargs)
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = original.__doc__
+    read._spyre_sanitizer = True
+    return read
+
+
+_HOST_READS = ("numpy", "tolist")
+
+
+def _wrap_host_reads() -> None:
+    for name in _HOST_READS:
+        if name not in torch.Tensor.__dict__:  # not wrapped yet, nor overridden by someone else
+            setattr(torch.Tensor, name, _host_read(name))
+
+
+def _unwrap_host_reads() -> None:
+    for name in _HOST_READS:
+        if getattr(torch.Tensor.__dict__.get(name), "_spyre_sanitizer", False):
+            delattr(torch.Tensor, name)
 
 
 def is_enabled() -> bool:
@@ -60,4 +102,4 @@ def _enable_from_environment() -> None:
     if value in ("1", "warn"):
         enable("raise" if value == "1" else "warn")
     elif hazard == "1":
-        _C._sanitizer_set_mode(_ORDER)
+        _C._sanitizer_set_mode(_ORDER)  # orders nothing on the host: no wrapping

@@ -20,6 +20,7 @@
 
 #include "aten/launch.h"
 #include "aten/sanitizer_accesses.h"
+#include "aten/sanitizer_host.h"
 #include "aten/stream_copy.h"
 #include "aten/tensor_ref.h"
 #include "device/allocator.h"
@@ -146,7 +147,7 @@ bool isDmaCompatible(const at::Tensor& src, const at::Tensor& dst) {
 }  // namespace
 
 bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst,
-                std::function<void()> keep_alive) {
+                std::function<void()> keep_alive, bool non_blocking) {
   const size_t nbytes = dst.numel() * dst.element_size();
   bool host_recorded = false;
   if (nbytes == 0) {
@@ -156,6 +157,7 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
     std::vector<sanitizer::Access> accesses;
     sanitizer::addTensor(accesses, src, /*write=*/false);
     sanitizer::addTensor(accesses, dst, /*write=*/true);
+    if (non_blocking) sanitizer::addPendingHostSide(accesses, src, dst);
     sanitizer::onLaunch(stream.id(), src.is_cpu() ? "H2D" : dst.is_cpu() ? "D2H" : "D2D", accesses);
   }
   if (src.is_cpu() || dst.is_cpu()) {
@@ -243,7 +245,7 @@ at::Tensor copyTensor(const at::Tensor& self, const at::Tensor& dst, bool non_bl
                                                       : "a copy from cpu to spyre");
   }
   const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
-  const bool host_recorded = launchCopy(stream, src, dst);
+  const bool host_recorded = launchCopy(stream, src, dst, {}, non_blocking);
   if (touches_host && !(non_blocking && host_recorded)) {
     stream.synchronize();
   }

@@ -27,6 +27,10 @@ void addTensor(std::vector<Access>& out, const at::Tensor& t, bool write) {
       t.numel() == 0) {
     return;
   }
+  addTensorBytes(out, t, write);
+}
+
+void addTensorBytes(std::vector<Access>& out, const at::Tensor& t, bool write) {
   Access& a = out.emplace_back();
   a.write = write;
   a.bytes.origin = reinterpret_cast<uintptr_t>(t.const_data_ptr());

@@ -15,6 +15,9 @@ namespace spyre::sanitizer {
 // Adds `t`'s bytes if it is a defined spyre tensor with storage.
 void addTensor(std::vector<Access>& out, const at::Tensor& t, bool write);
 
+// Adds `t`'s bytes, whatever its device (a defined tensor with storage).
+void addTensorBytes(std::vector<Access>& out, const at::Tensor& t, bool write);
+
 // An op's accesses: every spyre tensor argument is read, or written where the
 // schema marks it written (in-place, out=); every new output is written.
 std::vector<Access> opAccesses(const c10::FunctionSchema& schema, const torch::jit::Stack& args,

@@ -15,8 +15,9 @@ namespace spyre {
 // not reused before the copy ran (false when it is not one of its blocks: the
 // caller must then wait). Host memory the caller owns alone (a random draw, a
 // synchronous op's result) travels in `keep_alive`, which must hold no
-// Python-visible object.
+// Python-visible object. `non_blocking`: the caller returns without waiting
+// for the copy, whose pinned host side the stream sanitizer then tracks.
 bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst,
-                std::function<void()> keep_alive = {});
+                std::function<void()> keep_alive = {}, bool non_blocking = false);
 
 }  // namespace spyre

@@ -13,6 +13,7 @@
 
 #include "device/fork_gate.h"
 #include "runtime/runtime.h"
+#include "runtime/sanitizer.h"
 
 namespace spyre {
 namespace {
@@ -103,7 +104,10 @@ struct SpyreHostAllocator final
 
   at::DataPtr allocate(size_t size) override {
     Gate gate(fork_gate);
-    return Base::allocate(size);
+    at::DataPtr block = Base::allocate(size);
+    // The copies the block waited for ran: the sanitizer forgets their host bytes.
+    if (sanitizer::hostPending()) sanitizer::onHostBlockAllocated(block.get(), size);
+    return block;
   }
   void free(void* context) {
     Gate gate(fork_gate);

@@ -8,6 +8,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "aten/sanitizer_accesses.h"
+#include "aten/sanitizer_host.h"
 #include "python/bindings.h"
 #include "runtime/sanitizer.h"
 
@@ -99,6 +100,12 @@ void bindSanitizer(py::module_& m) {
   m.def("_sanitizer_mode", [] { return static_cast<int>(sanitizer::mode()); });
   m.def("_sanitizer_ordering_waits", &sanitizer::orderingWaits);
   m.def("_sanitizer_internal_thread", &sanitizer::markInternalThread);
+  // The host side of copies: whether a copy's host bytes are pending, and a
+  // host read outside the dispatcher (Tensor.numpy(), tolist(): torch_spyre/sanitizer.py).
+  m.def("_sanitizer_host_pending", &sanitizer::hostPending);
+  m.def("_sanitizer_host_read", [](const at::Tensor& t, const std::string& op) {
+    sanitizer::checkHostTensor(t, op, /*write=*/false);
+  });
   // A collective that reads and writes device memory in place (spyreccl's
   // direct path) as one access on the group's communication stream, ordered
   // after the caller's stream up to the call (torch_spyre/distributed).

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -19,6 +20,7 @@
 namespace spyre::sanitizer {
 namespace detail {
 std::atomic<int> g_mode{0};
+std::atomic<int64_t> g_host_pending{0};
 }  // namespace detail
 
 namespace {
@@ -129,12 +131,16 @@ bool covers(const std::vector<Interval>& outer, const std::vector<Interval>& inn
   return true;
 }
 
+// The host as the accessor of a report's later access (it has no stream id).
+constexpr int64_t kHost = -1;
+
 struct Record {
   std::vector<Interval> bytes;
   Interval span;
   std::string what;
   bool write;
-  int64_t stream;
+  bool host_memory;  // Access::host
+  int64_t stream;    // kHost: a host access (never recorded)
   Tick tick;
   std::string op;
   std::string stack;
@@ -154,6 +160,14 @@ struct State {
     records.erase(std::remove_if(records.begin(), records.end(),
                                  [&](const Record& r) { return host.of(r.stream) >= r.tick; }),
                   records.end());
+    countHostRecords();
+  }
+
+  // After any change to `records` (with the lock held).
+  void countHostRecords() {
+    const auto n = std::count_if(records.begin(), records.end(),
+                                 [](const Record& r) { return r.host_memory; });
+    detail::g_host_pending.store(n, std::memory_order_relaxed);
   }
 };
 
@@ -191,20 +205,29 @@ const char* kindOf(bool earlier_write, bool later_write) {
   return earlier_write ? "read-after-write" : "write-after-read";
 }
 
+std::string where(const Record& r) {
+  return r.stream == kHost ? "on the host" : "on stream id=" + std::to_string(r.stream);
+}
+
 std::string report(const Record& earlier, const Record& later, Interval overlap) {
   std::ostringstream m;
   m << "spyre sanitizer: unsynchronized access (" << kindOf(earlier.write, later.write) << ")\n"
     << "  this access:    " << later.op << (later.write ? " writes " : " reads ") << later.what
-    << " on stream id=" << later.stream << "\n"
+    << " " << where(later) << "\n"
     << "  earlier access: " << earlier.op << (earlier.write ? " writes " : " reads ") << earlier.what
-    << " on stream id=" << earlier.stream << ", not ordered before it\n"
+    << " " << where(earlier) << ", not ordered before it\n"
     << "  overlapping bytes: [" << hex(overlap.first) << ", " << hex(overlap.second) << ") ("
     << (overlap.second - overlap.first) << " bytes)\n"
     << "  earlier access launched at:\n"
     << (earlier.stack.empty() ? "    (no Python frames)\n" : earlier.stack)
     << "  this access launched at:\n"
     << (later.stack.empty() ? "    (no Python frames)\n" : later.stack);
-  if (later.stream == earlier.stream) {
+  if (later.stream == kHost) {
+    m << "  fix: make the host wait for the copy before this access: s.synchronize() with s the"
+      << " stream id=" << earlier.stream << " (torch.spyre.current_stream().synchronize() while it"
+      << " is the current stream), an Event recorded on it after the copy and that event's"
+      << " synchronize(), or torch.spyre.synchronize()\n";
+  } else if (later.stream == earlier.stream) {
     m << "  fix: the two accesses are on one stream; this cannot happen (a sanitizer bug)\n";
   } else {
     m << "  fix: order stream id=" << later.stream << " after stream id=" << earlier.stream
@@ -244,7 +267,8 @@ void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access
   std::vector<Record> mine;
   mine.reserve(accesses.size());
   for (const Access& a : accesses) {
-    Record r{intervals(a.bytes), bounds(a.bytes), a.bytes.what, a.write, stream_id, 0, op, stack};
+    Record r{intervals(a.bytes), bounds(a.bytes), a.bytes.what, a.write, a.host, stream_id, 0, op,
+             stack};
     if (!r.bytes.empty()) mine.push_back(std::move(r));
   }
   std::string problem;
@@ -260,6 +284,7 @@ void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access
         if (!(now.write || before.write)) continue;
         if (clock.of(before.stream) >= before.tick) continue;  // ordered before
         if (before.stream == stream_id) continue;             // stream order
+        if (before.host_memory != now.host_memory) continue;  // another address space
         if (before.span.second <= now.span.first || now.span.second <= before.span.first) continue;
         const Interval overlap = firstOverlap(before.bytes, now.bytes);
         if (overlap.first == overlap.second) continue;
@@ -282,11 +307,13 @@ void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access
         s.records.erase(std::remove_if(s.records.begin(), s.records.end(),
                                        [&](const Record& r) {
                                          return r.stream == stream_id && (now.write || !r.write) &&
+                                                r.host_memory == now.host_memory &&
                                                 covers(now.bytes, r.bytes);
                                        }),
                         s.records.end());
         s.records.push_back(std::move(now));
       }
+      s.countHostRecords();
     }
   }
   // Queued before the access itself (the caller launches it after this).
@@ -360,10 +387,73 @@ void onBlockReleased(const void* event, const void* ptr, size_t size) {
   const uintptr_t last = first + size;
   s.records.erase(std::remove_if(s.records.begin(), s.records.end(),
                                  [&](const Record& r) {
-                                   return r.span.first < last && first < r.span.second &&
-                                          done.of(r.stream) >= r.tick;
+                                   return !r.host_memory && r.span.first < last &&
+                                          first < r.span.second && done.of(r.stream) >= r.tick;
                                  }),
                   s.records.end());
+}
+
+void onHostAccess(const std::string& op, const std::vector<Access>& accesses) {
+  if (!hostPending() || internal_thread) return;
+  const Mode m = mode();
+  if (m != Mode::Raise && m != Mode::Warn) return;
+  std::vector<Record> mine;
+  for (const Access& a : accesses) {
+    Record r{intervals(a.bytes), bounds(a.bytes), a.bytes.what, a.write, true, kHost, 0, op, ""};
+    if (!r.bytes.empty()) mine.push_back(std::move(r));
+  }
+  // The racing pair, copied out of the lock: the stack of this access is
+  // captured only for a report (it takes the GIL).
+  std::optional<Record> earlier;
+  std::optional<Record> later;
+  Interval overlap{0, 0};
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (const Record& now : mine) {
+      for (auto it = s.records.begin(); it != s.records.end(); ++it) {
+        const Record& before = *it;
+        if (!before.host_memory || !(now.write || before.write)) continue;
+        if (s.host.of(before.stream) >= before.tick) continue;  // the host waited for it
+        if (before.span.second <= now.span.first || now.span.second <= before.span.first) continue;
+        overlap = firstOverlap(before.bytes, now.bytes);
+        if (overlap.first == overlap.second) continue;
+        earlier = before;
+        later = now;
+        if (m == Mode::Warn) {  // once per pending copy
+          s.records.erase(it);
+          s.countHostRecords();
+        }
+        break;
+      }
+      if (earlier) break;
+    }
+  }
+  if (!earlier) return;
+  if (reporting().stack != nullptr) later->stack = reporting().stack();
+  const std::string problem = report(*earlier, *later, overlap);
+  if (m == Mode::Warn) {
+    std::fputs(problem.c_str(), stderr);
+    std::fflush(stderr);
+    return;
+  }
+  if (reporting().raise != nullptr) reporting().raise(problem);
+  throw std::runtime_error(problem);
+}
+
+void onHostBlockAllocated(const void* ptr, size_t size) {
+  if (!hostPending()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const auto first = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t last = first + size;
+  s.records.erase(std::remove_if(s.records.begin(), s.records.end(),
+                                 [&](const Record& r) {
+                                   return r.host_memory && r.span.first < last &&
+                                          first < r.span.second;
+                                 }),
+                  s.records.end());
+  s.countHostRecords();
 }
 
 void onStreamComplete(int64_t stream) {
@@ -401,6 +491,7 @@ void reset() {
   s.events.clear();
   s.host = Clock();
   s.records.clear();
+  s.countHostRecords();
 }
 
 }  // namespace spyre::sanitizer

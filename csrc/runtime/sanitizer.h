@@ -73,9 +73,12 @@ struct Bytes {
   std::string what;  // "float32[4, 4]"
 };
 
+// `host`: the bytes are host memory (the pinned side of a non_blocking copy,
+// or what a CPU op touches), compared only with other host bytes.
 struct Access {
   Bytes bytes;
   bool write = false;
+  bool host = false;
 };
 
 // Called on the launching thread before an operation named `op` (as the
@@ -84,6 +87,31 @@ struct Access {
 // access races with an earlier one; nothing is queued then in raise mode. In
 // Mode::Order, queues the waits that order it instead.
 void onLaunch(int64_t stream, const std::string& op, const std::vector<Access>& accesses);
+
+// The host side of copies: a non_blocking copy's pinned host bytes are an
+// access of its stream like its device bytes (onLaunch, Access::host), and
+// stay pending until the host's clock covers the copy (a host wait ordered
+// it). The host itself is a pseudo-stream whose clock is the host clock: its
+// accesses (a CPU op, numpy()) race with a pending copy's host bytes when
+// either writes. Host accesses are not recorded: every later launch is
+// ordered after them.
+namespace detail {
+extern std::atomic<int64_t> g_host_pending;
+}  // namespace detail
+
+// Whether any copy's host bytes are pending (a relaxed load).
+inline bool hostPending() {
+  return detail::g_host_pending.load(std::memory_order_relaxed) != 0;
+}
+
+// A CPU operation `op` (aten::add.Tensor, numpy()) accessing host memory on
+// the calling thread: reported (Mode::Raise, Mode::Warn) when it races with a
+// pending copy's host bytes. Warn mode reports each pending copy once.
+void onHostAccess(const std::string& op, const std::vector<Access>& accesses);
+
+// The pinned host allocator handed [ptr, ptr + size) to a new owner: the
+// copies it waited for (its events) ran, and their host bytes are forgotten.
+void onHostBlockAllocated(const void* ptr, size_t size);
 
 // The calling thread is a library's own (spyreccl's progress threads): its
 // host waits order nothing for the program, so they are not ordering edges

@@ -139,8 +139,13 @@ class ProcessGroupSpyreCCL(ProcessGroup):
                 # No comparison to tell the other ranks: refuse here.
                 raise ValueError(f"spyreccl: {name}: {staging.problem}")
             comm = self._comm()
-            for tensor in staging.written:
-                tensor.record_stream(comm)  # written on comm: not reused before
+            # Used on comm (written, or read in place by gloo): its block is handed on only
+            # after an event on comm. (The host view keeps a block read in place alive until
+            # gloo is done, but that is the progress thread's knowledge: the stream sanitizer
+            # sees the event as what orders the collective before the block's next owner.)
+            read_in_place = [t for t, write in staging.in_place if not write]
+            for tensor in staging.written + read_in_place:
+                tensor.record_stream(comm)
             if signature is not None and self._check:
                 described, collective = f"{name}({signature})", launch
                 if staging.problem is not None:
