@@ -180,8 +180,10 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       verifiedSignatures().add(plan->signature);
     } else {
       work->on_engine = true;
-      // A captured op runs once per replay: it keeps its arguments.
-      work->replayable = capture::anyCapture();
+      // A captured op runs once per replay, on a stack built now.
+      if (C10_UNLIKELY(capture::anyCapture()) && capture::isCapturing(stream.id())) {
+        work->prepareReplay();
+      }
       // The closure is moved into the runtime, never copied.
       stream.launchComputeOnCheckedDevice([work = std::move(work)] { work->run(); }, name, bytes);
     }

@@ -108,9 +108,23 @@ Work::Scratch Work::runOnScratch(std::vector<c10::Warning>& warnings) const {
   return Scratch::Ok;
 }
 
+void Work::prepareReplay() {
+  replayable = true;
+  replay_stack = args;
+  for (const Slot& slot : slots) replay_stack[slot.index] = aliasOf(slot);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    replay_outputs.push_back(outputs[k].empty() ? c10::IValue() : outputAlias(k));
+    if (out_variant) replay_stack.push_back(replay_outputs.back());
+  }
+}
+
 // out <- result, which must be what the meta kernel said (copy_ would
 // broadcast or convert it silently).
 void Work::copyResult(const TensorRef& out, const at::Tensor& result) {
+  copyResult(out, result, out.cpuAlias());
+}
+
+void Work::copyResult(const TensorRef& out, const at::Tensor& result, const at::Tensor& alias) {
   if (!result.defined() || result.scalar_type() != out.dtype ||
       !result.sizes().equals(out.sizes)) {
     result_mismatch = true;
@@ -120,7 +134,7 @@ void Work::copyResult(const TensorRef& out, const at::Tensor& result) {
                 " where its meta kernel gave ", c10::IntArrayRef(out.sizes), " ",
                 c10::toString(out.dtype));
   }
-  out.cpuAlias().copy_(result);
+  alias.copy_(result);
 }
 
 void Work::run() {
@@ -130,12 +144,27 @@ void Work::run() {
   // first (scratch) run at every call instead.
   std::optional<c10::WarningUtils::WarningHandlerGuard> silence;
   if (on_engine) silence.emplace(&silentWarnings());
-  Stack stack = replayable ? args : std::move(args);
-  for (const Slot& slot : slots) stack[slot.index] = aliasOf(slot);
-  if (out_variant) {
-    for (size_t k = 0; k < outputs.size(); ++k) stack.push_back(outputAlias(k));
+  // A replayed node's stack: the thread's own, so that its capacity is kept
+  // from node to node (run() is not reentrant: CPU kernels never launch).
+  thread_local Stack replayed;
+  Stack owned;
+  Stack& stack = replayable ? replayed : owned;
+  if (replayable) {
+    stack.assign(replay_stack.begin(), replay_stack.end());
+  } else {
+    stack = std::move(args);
+    for (const Slot& slot : slots) stack[slot.index] = aliasOf(slot);
+    if (out_variant) {
+      for (size_t k = 0; k < outputs.size(); ++k) stack.push_back(outputAlias(k));
+    }
   }
-  cpu_op.callBoxed(stack);
+  if (replayable) {
+    // The stack holds CPU aliases only: CPU's kernel, without computing the
+    // dispatch keys again at every replay.
+    cpu_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+  } else {
+    cpu_op.callBoxed(stack);
+  }
   if (copy_results) {
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (outputs[k].empty()) continue;  // an argument, written in place
@@ -151,11 +180,14 @@ void Work::run() {
                       " tensors where its meta kernel gave ", outputs[k].size());
         }
         for (size_t i = 0; i < results.size(); ++i) copyResult(outputs[k][i], results[i]);
+      } else if (replayable) {
+        copyResult(outputs[k][0], stack[k].toTensor(), replay_outputs[k].toTensor());
       } else {
         copyResult(outputs[k][0], stack[k].toTensor());
       }
     }
   }
+  stack.clear();  // results die now, not at the next node
 }
 
 void addSlot(Work& work, int index, const c10::IValue& v) {

@@ -58,8 +58,12 @@ struct Work {
   c10::SmallVector<bool, 2> output_is_list;
   int num_threads;
   bool on_engine = false;
-  // Captured into a graph: run() copies the arguments instead of moving them.
+  // Captured into a graph (prepareReplay()): run() calls the kernel on a copy
+  // of the stack made at capture, CPU aliases included, once per replay. The
+  // graph's memory never moves, so the aliases stay valid.
   bool replayable = false;
+  Stack replay_stack;
+  c10::SmallVector<c10::IValue, 1> replay_outputs;  // outputAlias(k), for copy_results
   // Set by run() when a result of the functional op is not the output the
   // meta kernel described (its size or dtype): the meta kernel and CPU's
   // disagree, so the plan cannot be launched.
@@ -80,10 +84,14 @@ struct Work {
   // out <- result, which must be what the meta kernel said (copy_ would
   // broadcast or convert it silently).
   void copyResult(const TensorRef& out, const at::Tensor& result);
+  // The same into `alias`, out's CPU alias made earlier.
+  void copyResult(const TensorRef& out, const at::Tensor& result, const at::Tensor& alias);
 
   // Runs the CPU kernel over CPU aliases of the refs (on an engine when
   // on_engine). The arguments are moved out (run once) unless replayable.
   void run();
+  // Makes this work replayable: the stack run() needs, built once.
+  void prepareReplay();
 };
 
 // Appends the slot of a tensor argument at `index` to `work`: its tensors as
