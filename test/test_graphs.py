@@ -5,12 +5,14 @@ at::GraphImplInterface (csrc/graphs/graph.cpp), stream capture in the runtime la
 import gc
 import re
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 
 import torch_spyre  # noqa: F401
 from _helpers import wait_until
+from conftest import run_python
 from torch_spyre.testing import Gate
 
 pytestmark = pytest.mark.usefixtures("drained_device")
@@ -20,6 +22,14 @@ INVALIDATED = "; the capture is invalidated and ended"
 
 def spyre(values, **kwargs):
     return torch.tensor(values, **kwargs).to("spyre")
+
+
+def test_the_docs_example_prints_what_it_says():
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "graphs.md").read_text()
+    example = re.findall(r"```python\n(.*?)```", docs, re.S)[0]
+    expected = re.findall(r"# (\[.*\])$", example, re.M)
+    assert expected == ["[4.0, 4.0]"]
+    assert run_python(example).stdout.splitlines() == expected
 
 
 def test_capture_records_and_replay_runs_each_time():
@@ -531,3 +541,22 @@ def test_torch_cuda_style_helpers():
     with pytest.raises(TypeError, match="torch.spyre.graph: expected a torch.spyre.Graph "
                                         r"\(torch.accelerator.Graph\), got str"):
         torch.spyre.graph("not a graph")
+
+
+def test_reduce_overhead_follows_changing_scalars(fresh_dynamo):
+    """A Python float that changes between calls and a 0-dim CPU tensor argument are read at the
+    call by compiled kernels: such graphs must give each call's values, not the captured ones."""
+
+    @torch.compile(mode="reduce-overhead")
+    def scaled(x, s):
+        return x * s + 1
+
+    @torch.compile(mode="reduce-overhead")
+    def times(x, t):
+        return x * t
+
+    x = torch.ones(2, device="spyre")
+    assert [scaled(x, s).tolist() for s in (2.0, 3.0, 4.0, 5.0)] == [
+        [3.0, 3.0], [4.0, 4.0], [5.0, 5.0], [6.0, 6.0]]
+    assert [times(x, torch.tensor(v)).tolist() for v in (2.0, 3.0, 4.0)] == [
+        [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
