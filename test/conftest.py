@@ -297,6 +297,9 @@ def fresh_dynamo():
     torch.spyre.synchronize()
     yield
     torch.spyre.synchronize()
+    # Compiled functions outlive the test in dynamo's caches (module globals included), and
+    # reduce-overhead's spyre graphs hold their pools' memory as long as they live.
+    torch._dynamo.reset()
 
 
 @pytest.fixture(autouse=True)

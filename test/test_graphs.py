@@ -560,3 +560,23 @@ def test_reduce_overhead_follows_changing_scalars(fresh_dynamo):
         [3.0, 3.0], [4.0, 4.0], [5.0, 5.0], [6.0, 6.0]]
     assert [times(x, torch.tensor(v)).tolist() for v in (2.0, 3.0, 4.0)] == [
         [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
+
+
+def test_dynamo_reset_frees_reduce_overhead_graphs(fresh_dynamo, empty_device):
+    """A reduce-overhead graph lives as long as its compiled function: once dynamo's caches
+    let go of it (torch._dynamo.reset()), its pool's memory goes back."""
+    model = _mlp()
+    graphed = torch.compile(model, mode="reduce-overhead")
+    plain = torch.compile(model)
+    with torch.no_grad():
+        x = torch.ones(4, 16, device="spyre")
+        for _ in range(3):
+            assert torch.equal(graphed(x).cpu(), plain(x).cpu())
+        assert _launches(lambda: graphed(x)) == ["launchGraph", "launchOperationD2D"]
+    torch.spyre.synchronize()
+    del graphed, plain, x
+    torch._dynamo.reset()
+    del model
+    gc.collect()
+    torch.accelerator.empty_cache()
+    assert torch.accelerator.memory_reserved() == 0

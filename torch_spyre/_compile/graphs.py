@@ -36,18 +36,21 @@ def _is_spyre_graph(example_inputs):
     return any(isinstance(t, torch.Tensor) and t.device.type == "spyre" for t in example_inputs)
 
 
-def graphify(model, static_input_idxs):
+class Graphified:
     """`model` (a boxed compiled callable: it takes a list and clears it) replayed as a
-    spyre graph, recorded at its first call."""
-    state = threading.local()
+    spyre graph, recorded at its first call on each thread (as inductor's cudagraphify)."""
 
-    def run(new_inputs):
-        replay = getattr(state, "replay", None)
+    def __init__(self, model, static_input_idxs):
+        self.model = model
+        self.static_input_idxs = frozenset(static_input_idxs)
+        self.threads = threading.local()
+
+    def __call__(self, new_inputs):
+        replay = getattr(self.threads, "replay", None)
         if replay is None:
-            replay = state.replay = _record(model, new_inputs, frozenset(static_input_idxs))
+            replay = self.threads.replay = _record(self.model, new_inputs, self.static_input_idxs)
         return replay(new_inputs)
 
-    return run
 
 
 def _record(model, inputs, static_input_idxs):
@@ -123,7 +126,7 @@ def install(cudagraph_utils):
         def cudagraphify(self, model, example_inputs, static_input_idxs, *, device_index,
                          is_backward, is_inference, **kwargs):
             if _is_spyre_graph(example_inputs):
-                return graphify(model, static_input_idxs)
+                return Graphified(model, static_input_idxs)
             return super().cudagraphify(model, example_inputs, static_input_idxs,
                                         device_index=device_index, is_backward=is_backward,
                                         is_inference=is_inference, **kwargs)
