@@ -302,6 +302,21 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.fixture
+def own_sanitizer_mode():
+    """Sanitizer tests set the mode themselves (the suite may run with TORCH_SPYRE_SANITIZER=1):
+    off before the test; after it off again, the device idle, and the suite's mode back."""
+    import torch
+    from torch_spyre import _C, sanitizer
+
+    mode = _C._sanitizer_mode()
+    sanitizer.disable()
+    yield
+    sanitizer.disable()
+    torch.spyre.synchronize()
+    _C._sanitizer_set_mode(mode)
+
+
 @pytest.fixture(autouse=True)
 def _sanitizer_off_for_intended_races(request):
     """A test marked `races` reads memory that queued work on another stream writes, on purpose

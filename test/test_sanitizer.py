@@ -11,20 +11,14 @@ import torch
 import torch_spyre  # noqa: F401
 from _helpers import wait_until
 from conftest import run_python
-from torch_spyre import _C, sanitizer
+from torch_spyre import sanitizer
 from torch_spyre.sanitizer import UnsynchronizedAccessError
 from torch_spyre.testing import Gate
 
 N = 1024  # float32 elements: 4096 bytes
 
 
-@pytest.fixture(autouse=True)
-def own_mode():
-    """Each test sets the mode itself (the suite may run with TORCH_SPYRE_SANITIZER=1)."""
-    mode = _C._sanitizer_mode()
-    sanitizer.disable()
-    yield
-    _C._sanitizer_set_mode(mode)
+pytestmark = pytest.mark.usefixtures("own_sanitizer_mode")
 
 
 @pytest.fixture

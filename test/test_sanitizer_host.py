@@ -19,15 +19,7 @@ from torch_spyre.testing import Gate, completed_ops, launched_ops
 N = 1024  # float32 elements: 4096 bytes
 
 
-@pytest.fixture(autouse=True)
-def own_mode():
-    """Each test sets the mode itself (the suite may run with TORCH_SPYRE_SANITIZER=1)."""
-    mode = _C._sanitizer_mode()
-    sanitizer.disable()
-    yield
-    sanitizer.disable()
-    torch.spyre.synchronize()
-    _C._sanitizer_set_mode(mode)
+pytestmark = pytest.mark.usefixtures("own_sanitizer_mode")
 
 
 @pytest.fixture

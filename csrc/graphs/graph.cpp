@@ -50,7 +50,7 @@ class SpyreGraph final : public at::GraphImplInterface {
 
   void capture_begin(c10::MempoolId_t pool, at::GraphCaptureMode mode) override {
     TORCH_CHECK(capture_ == nullptr, "spyre graph: capture_begin: this graph is already capturing");
-    TORCH_CHECK(!captured_,
+    TORCH_CHECK(!captured(),
                 "spyre graph: capture_begin: this graph already holds a capture; call reset() "
                 "before capturing again");
     const SpyreStream stream = getCurrentStream(-1);
@@ -78,7 +78,6 @@ class SpyreGraph final : public at::GraphImplInterface {
     capture::end(*ended);  // raises when invalidated or unjoined: nothing is kept
     graph_ = ended->graph;
     nodes_ = ended->nodes;
-    captured_ = true;
     if (nodes_.empty()) {
       TORCH_WARN("spyre graph: the captured graph is empty: nothing was launched on the capturing "
                  "stream between capture_begin and capture_end");
@@ -87,7 +86,7 @@ class SpyreGraph final : public at::GraphImplInterface {
   }
 
   void instantiate() override {
-    TORCH_CHECK(captured_, "spyre graph: instantiate: nothing was captured");
+    TORCH_CHECK(captured(), "spyre graph: instantiate: nothing was captured");
     TORCH_CHECK(keep_graph_,
                 "spyre graph: instantiate() is for graphs made with keep_graph=True (the others "
                 "are instantiated by capture_end)");
@@ -95,7 +94,7 @@ class SpyreGraph final : public at::GraphImplInterface {
   }
 
   void replay() override {
-    TORCH_CHECK(captured_,
+    TORCH_CHECK(captured(),
                 "spyre graph: replay: nothing was captured (capture_begin and capture_end first)");
     if (!executable_) instantiateGraph();
     RECORD_FUNCTION("spyre::graph_replay", c10::ArrayRef<const c10::IValue>{});
@@ -117,7 +116,7 @@ class SpyreGraph final : public at::GraphImplInterface {
     TORCH_CHECK(debug_,
                 "spyre graph: debug_dump needs debug mode: call enable_debug_mode() before "
                 "capturing");
-    TORCH_CHECK(captured_, "spyre graph: debug_dump: nothing was captured");
+    TORCH_CHECK(captured(), "spyre graph: debug_dump: nothing was captured");
     std::ofstream out(path);
     TORCH_CHECK(out.good(), "spyre graph: debug_dump: cannot open ", path, " for writing");
     out << graphDot(nodes_);
@@ -126,6 +125,9 @@ class SpyreGraph final : public at::GraphImplInterface {
   }
 
  private:
+  // A capture ended well: its graph, or what instantiate() made of it, is held.
+  bool captured() const { return graph_.has_value() || executable_.has_value(); }
+
   void instantiateGraph() {
     executable_ = graph_;
     // Without keep_graph the captured graph is not kept (CUDA's rule); its
@@ -142,7 +144,6 @@ class SpyreGraph final : public at::GraphImplInterface {
     graph_.reset();
     executable_.reset();
     nodes_.clear();
-    captured_ = false;
     if (pool_held_) {
       releaseGraphPool(pool_);
       pool_held_ = false;
@@ -152,7 +153,6 @@ class SpyreGraph final : public at::GraphImplInterface {
   const bool keep_graph_;
   bool debug_ = false;
   std::unique_ptr<capture::Capture> capture_;  // while capturing
-  bool captured_ = false;
   std::optional<flex::RuntimeGraph> graph_;       // what capture recorded
   std::optional<flex::RuntimeGraph> executable_;  // what replay launches
   std::vector<capture::Node> nodes_;              // for debug_dump
