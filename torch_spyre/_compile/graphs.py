@@ -89,7 +89,7 @@ def _record(model, inputs, static_input_idxs):
         warnings.warn(f"torch.compile(mode='reduce-overhead') on spyre: this graph cannot be "
                       f"captured, it runs without a spyre graph ({reason})", stacklevel=2)
         torch.spyre.synchronize()
-        return lambda new_inputs: model(new_inputs)
+        return model
     if not isinstance(static_outputs, (list, tuple)):
         static_outputs = (static_outputs,)
     static_outputs = list(static_outputs)
@@ -101,7 +101,6 @@ def _record(model, inputs, static_input_idxs):
         graph.replay()
         return static_outputs
 
-    replay.graph = graph  # tests and debugging: the graph behind the callable
     return replay
 
 
