@@ -20,6 +20,7 @@ import pytest
 # so each test states exactly what it sets.
 DEVICE_ENV = (
     "SPYRE_DEVICES",
+    "SPYRE_VISIBLE_DEVICES",
     "AIU_WORLD_SIZE",
     "LOCAL_WORLD_SIZE",
     "LOCAL_RANK",

@@ -2,8 +2,8 @@
 
 With no variable set every card is visible (FLEX_STUB_CARDS, default 8);
 SPYRE_DEVICES lists cards (order kept, duplicates and out-of-range entries
-dropped) and wins; else AIU_WORLD_SIZE, else LOCAL_WORLD_SIZE, is a count capped
-at the card count. The first use binds the current device (set_device, else
+dropped) and wins (SPYRE_VISIBLE_DEVICES, its alias, when it is unset); else
+AIU_WORLD_SIZE, else LOCAL_WORLD_SIZE, is a count capped at the card count. The first use binds the current device (set_device, else
 LOCAL_RANK, else 0): another visible index is the one-device-per-process error,
 an index past the visible ones is out of range. Every case runs in a fresh
 interpreter, since the runtime binds once per process.
@@ -43,6 +43,10 @@ ENUMERATION_CASES = [
     ({"FLEX_STUB_CARDS": "2", "AIU_WORLD_SIZE": "4"}, 2),
     ({"FLEX_STUB_CARDS": "2", "SPYRE_DEVICES": "1,2,3"}, 1),
     ({"FLEX_STUB_CARDS": "12", "SPYRE_DEVICES": "0,11"}, 2),
+    # SPYRE_VISIBLE_DEVICES (the name torch's own messages give) is read when SPYRE_DEVICES is unset.
+    ({"SPYRE_VISIBLE_DEVICES": "3,1,3"}, 2),
+    ({"SPYRE_VISIBLE_DEVICES": "0,9", "AIU_WORLD_SIZE": "5"}, 1),
+    ({"SPYRE_VISIBLE_DEVICES": "0,1,2", "SPYRE_DEVICES": "4"}, 1),
 ]
 
 ENUMERATION_CHILD = """
@@ -79,6 +83,9 @@ def test_device_enumeration(enumeration_results, index):
         ({"SPYRE_DEVICES": "0,x"},
          "flex: SPYRE_DEVICES='0,x' has a non-integer entry 'x'; expected a comma list of card "
          "indices"),
+        ({"SPYRE_VISIBLE_DEVICES": "x"},
+         "flex: SPYRE_VISIBLE_DEVICES='x' has a non-integer entry 'x'; expected a comma list of "
+         "card indices"),
         ({"LOCAL_WORLD_SIZE": "2x"}, "flex: LOCAL_WORLD_SIZE='2x' is not an integer"),
         ({"FLEX_STUB_CARDS": "many"}, "flex: FLEX_STUB_CARDS='many' is not an integer"),
     ],
@@ -176,6 +183,11 @@ def test_local_rank_indexes_spyre_devices_after_duplicates_and_bad_entries_are_d
     # Visible cards 6, 2, 4 (in that order): logical spyre:1 is card 2.
     usage(bound=1, count=3, card=2, indices=[1, 0, 2, 3],
           env={"SPYRE_DEVICES": "6,2,6,9,4", "LOCAL_RANK": "1"})
+
+
+def test_spyre_visible_devices_maps_logical_devices_to_cards_like_spyre_devices():
+    usage(bound=1, count=3, card=2, indices=[1, 0, 3],
+          env={"SPYRE_VISIBLE_DEVICES": "6,2,4", "LOCAL_RANK": "1"})
 
 
 def test_aiu_world_size_above_the_card_count_binds_the_last_card():

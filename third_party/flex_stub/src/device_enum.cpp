@@ -2,6 +2,7 @@
 // the answer always follows the current environment.
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -13,24 +14,40 @@ namespace {
 
 int cardCount() { return static_cast<int>(detail::envInt("FLEX_STUB_CARDS", 8, 1, INT_MAX)); }
 
-// SPYRE_DEVICES as card indices: duplicates removed (first occurrence kept),
+// The list of visible cards and the variable it came from: SPYRE_DEVICES, else
+// SPYRE_VISIBLE_DEVICES (the name torch's generic messages tell users to set).
+struct CardList {
+  const char* name;
+  std::string value;
+};
+
+std::optional<CardList> cardList() {
+  for (const char* name : {"SPYRE_DEVICES", "SPYRE_VISIBLE_DEVICES"}) {
+    if (auto value = detail::envValue(name)) return CardList{name, *value};
+  }
+  return std::nullopt;
+}
+
+// The card list as card indices: duplicates removed (first occurrence kept),
 // entries outside [0, cards) dropped.
-std::vector<int> visibleCards(const std::string& list, int cards) {
+std::vector<int> visibleCards(const CardList& cards_env, int cards) {
+  const std::string& list = cards_env.value;
+  const std::string name = cards_env.name;
   std::vector<int> result;
   std::stringstream entries(list);
   std::string entry;
   // getline yields nothing for "", and drops one trailing empty entry ("1,"):
   // check those by hand so every empty entry is reported.
   if (list.empty() || list.back() == ',') {
-    throw Error("flex: SPYRE_DEVICES='" + list + "' has an empty entry; expected a comma list "
+    throw Error("flex: " + name + "='" + list + "' has an empty entry; expected a comma list "
                 "of card indices");
   }
   while (std::getline(entries, entry, ',')) {
     int64_t card = 0;
     try {
-      card = detail::parseInt("SPYRE_DEVICES", entry, INT64_MIN, INT64_MAX);
+      card = detail::parseInt(cards_env.name, entry, INT64_MIN, INT64_MAX);
     } catch (const Error&) {
-      throw Error("flex: SPYRE_DEVICES='" + list + "' has a non-integer entry '" + entry +
+      throw Error("flex: " + name + "='" + list + "' has a non-integer entry '" + entry +
                   "'; expected a comma list of card indices");
     }
     if (card < 0 || card >= cards) continue;
@@ -49,7 +66,7 @@ int worldSize(const char* name, const std::string& value, int cards) {
 
 int getNumDevices() {
   const int cards = cardCount();
-  if (auto list = detail::envValue("SPYRE_DEVICES")) {
+  if (auto list = cardList()) {
     return static_cast<int>(visibleCards(*list, cards).size());
   }
   if (auto size = detail::envValue("AIU_WORLD_SIZE")) {
@@ -69,7 +86,7 @@ int getCardIndex(int logical_device) {
                 " is out of range: " + std::to_string(devices) +
                 " device(s) visible, expected an index in [0, " + std::to_string(devices) + ")");
   }
-  if (auto list = detail::envValue("SPYRE_DEVICES")) {
+  if (auto list = cardList()) {
     return visibleCards(*list, cardCount())[logical_device];
   }
   return logical_device;

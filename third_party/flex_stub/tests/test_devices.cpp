@@ -1,4 +1,4 @@
-// Device enumeration from FLEX_STUB_CARDS, SPYRE_DEVICES, AIU_WORLD_SIZE and
+// Device enumeration from FLEX_STUB_CARDS, SPYRE_DEVICES (SPYRE_VISIBLE_DEVICES), AIU_WORLD_SIZE and
 // LOCAL_WORLD_SIZE. No context is created: getNumDevices() does not need one.
 #include "util.hpp"
 
@@ -31,6 +31,19 @@ TEST(devices_spyre_devices_wins_over_world_sizes) {
   util::setEnv("SPYRE_DEVICES", "7");
   CHECK_EQ(getNumDevices(), 1);
   CHECK_EQ(getCardIndex(0), 7);
+}
+
+TEST(devices_spyre_visible_devices_is_an_alias_spyre_devices_wins) {
+  util::setEnv("AIU_WORLD_SIZE", "4");
+  util::setEnv("SPYRE_VISIBLE_DEVICES", "5,2,5");
+  CHECK_EQ(getNumDevices(), 2);
+  CHECK_EQ(getCardIndex(0), 5);
+  CHECK_EQ(getCardIndex(1), 2);
+  util::setEnv("SPYRE_VISIBLE_DEVICES", "1,y");
+  CHECK_THROWS_MSG(getNumDevices(), "SPYRE_VISIBLE_DEVICES='1,y' has a non-integer entry 'y'");
+  util::setEnv("SPYRE_DEVICES", "6");  // wins: the alias is not read
+  CHECK_EQ(getNumDevices(), 1);
+  CHECK_EQ(getCardIndex(0), 6);
 }
 
 TEST(devices_spyre_devices_rejects_non_integer_entries) {
