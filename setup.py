@@ -17,7 +17,17 @@ import sys  # noqa: E402
 import sysconfig  # noqa: E402
 
 from setuptools import Extension, setup  # noqa: E402
-import torch  # noqa: E402
+
+try:
+    import torch  # noqa: E402
+except ModuleNotFoundError as error:
+    if error.name != "torch":
+        raise
+    # The build compiles against the installed torch (pip's build isolation is off, or this
+    # is a direct setup.py run): say what to install instead of a bare ModuleNotFoundError.
+    sys.exit(f"torch_spyre builds against torch 2.13: install it first into this Python "
+             f"({sys.executable}): `{sys.executable} -m pip install torch==2.13.0`, "
+             f"or run `bash scripts/run_tests.sh`, which sets up a virtual environment")
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))

@@ -3,12 +3,13 @@
 From a copy of the git-tracked files only (what a clean clone holds), a wheel
 is built (`pip wheel --no-build-isolation --no-deps`: the build reuses the
 running interpreter's torch), installed into a fresh venv that sees this
-interpreter's site-packages (torch, numpy; no network: `--no-index`), and the
+interpreter's packages (torch, numpy; no network: `--no-index`), and the
 venv's python, started in a folder outside the checkout, runs `import torch`,
 an eager op, a torch.compile'd function, a profiler run with device activity
 and `torch.spyre.testing`. The venv's own torch_spyre must be the one
-imported: this environment also has an editable install of a checkout, whose
-finder comes after the venv's site-packages on the import path (asserted).
+imported (asserted), not an editable install of a checkout this interpreter may
+also have. The venv sees the packages of the running interpreter also when that
+is itself a venv (a .pth, not `--system-site-packages`).
 
 Slow: the wheel compiles the whole extension from nothing (several minutes on
 2 shared cores).
@@ -63,6 +64,25 @@ def tracked_files():
     return [name for name in out.decode().split("\0") if name]
 
 
+def make_venv_seeing_this_interpreters_packages(venv, env):
+    """A fresh venv whose python also imports the packages of the running interpreter (torch,
+    numpy), whether that is a system python or itself a venv: `--system-site-packages` would
+    give a venv's *base* interpreter's site-packages instead. A .pth names the folders that
+    hold them; being plain paths, their own .pth files (an editable checkout's finder) are not
+    run. Returns the venv's python."""
+    import numpy
+    import torch
+
+    run([sys.executable, "-m", "venv", str(venv)], timeout=300, env=env)
+    python = str(venv / "bin" / "python")
+    site_packages = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        timeout=60, env=env).stdout.strip()
+    folders = dict.fromkeys(os.path.dirname(os.path.dirname(m.__file__)) for m in (torch, numpy))
+    with open(os.path.join(site_packages, "running-interpreter.pth"), "w") as pth:
+        pth.write("".join(folder + "\n" for folder in folders))
+    return python
+
+
 def run(cmd, timeout, **kwargs):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
@@ -98,8 +118,7 @@ def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path):
         assert any(name.startswith(native) for name in shipped), (native, sorted(shipped))
 
     venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], timeout=300, env=env)
-    python = str(venv / "bin" / "python")
+    python = make_venv_seeing_this_interpreters_packages(venv, env)
     run([python, "-m", "pip", "install", "--no-index", "--no-deps", "--force-reinstall",
          "--disable-pip-version-check", str(wheels[0])], timeout=600, env=env)
 
@@ -115,3 +134,27 @@ def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path):
         "profiler ['CPU', 'SPYRE'] True",  # PrivateUse1 renamed to spyre
         "testing True True",
     ], proc.stderr
+
+
+# Without torch, setup.py says what to install first (pip shows it inside its
+# metadata-generation-failed message) instead of a bare ModuleNotFoundError.
+NO_TORCH = """
+import runpy, sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoTorch())
+sys.argv = ["setup.py", "--version"]
+runpy.run_path("setup.py", run_name="__main__")
+"""
+
+
+def test_setup_py_without_torch_says_what_to_install():
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    assert proc.stderr == (
+        f"torch_spyre builds against torch 2.13: install it first into this Python "
+        f"({sys.executable}): `{sys.executable} -m pip install torch==2.13.0`, "
+        f"or run `bash scripts/run_tests.sh`, which sets up a virtual environment\n")
