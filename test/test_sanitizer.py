@@ -16,6 +16,12 @@ from torch_spyre.sanitizer import UnsynchronizedAccessError
 from torch_spyre.testing import Gate
 
 N = 1024  # float32 elements: 4096 bytes
+DEFAULT = "torch.spyre.Stream(device=spyre:0, id=0, priority=0)"  # as reports name the default stream
+
+
+def stream_name(stream_id):
+    """A low-priority stream as torch.spyre.Stream prints it (and reports name it)."""
+    return f"torch.spyre.Stream(device=spyre:0, id={stream_id}, priority=0)"
 
 
 pytestmark = pytest.mark.usefixtures("own_sanitizer_mode")
@@ -50,8 +56,8 @@ def lines(error):
 
 def both_accesses(this, earlier, s, what=f"tensor float32[{N}]"):
     """The report's two access lines: `this` on the default stream, `earlier` on `s`."""
-    return [f"  this access:    {this} {what} on stream id=0",
-            f"  earlier access: {earlier} {what} on stream id={s.stream_id}, not ordered before it"]
+    return [f"  this access:    {this} {what} on {DEFAULT}",
+            f"  earlier access: {earlier} {what} on {s!r}, not ordered before it"]
 
 
 def ready(values=1.0, n=N):
@@ -92,8 +98,8 @@ def test_read_after_write_on_another_stream(on):
     text = lines(error)
     assert text[:4] == [
         "spyre sanitizer: unsynchronized access (read-after-write)",
-        f"  this access:    aten::add.Tensor reads tensor float32[{N}] on stream id=0",
-        f"  earlier access: aten::mul.Tensor writes tensor float32[{N}] on stream id={s.stream_id}, "
+        f"  this access:    aten::add.Tensor reads tensor float32[{N}] on {DEFAULT}",
+        f"  earlier access: aten::mul.Tensor writes tensor float32[{N}] on {s!r}, "
         "not ordered before it",
         span(y),
     ]
@@ -101,11 +107,40 @@ def test_read_after_write_on_another_stream(on):
     where = text.index("  this access launched at:")
     assert text[where - 1] == f"    {__file__}:{first} in test_read_after_write_on_another_stream"
     assert text[where + 1:where + 2] != []
-    fix = text[-1]
     assert text[-2] == f"    {__file__}:{second} in test_read_after_write_on_another_stream"
-    assert fix.startswith(f"  fix: order stream id=0 after stream id={s.stream_id} before this access "
-                          "(torch.spyre.current_stream().wait_stream(s)")
-    assert f"record_stream() it on stream id={s.stream_id}" in fix
+    # The line to write: the default stream (this access's) waits for s, named as it prints.
+    assert text[-1] == (
+        f"  fix: {DEFAULT} must wait for {s!r} before this access: "
+        f"torch.spyre.default_stream().wait_stream(<{s!r}>) (or an Event recorded on <{s!r}> after "
+        "the earlier access, waited on with torch.spyre.default_stream().wait_event(event)); if the "
+        f"earlier access's tensor was freed, call its record_stream(<{s!r}>) before freeing it")
+
+
+def test_a_side_stream_reading_what_the_default_stream_made_is_told_to_wait_for_it(on):
+    # The first hour's mistake: a tensor made on the default stream (a device-side random
+    # factory: not a copy from the host), read on a side stream with no wait_stream.
+    x = torch.randn(N, device="spyre")
+    s = torch.spyre.Stream()
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        with s:
+            x * 2
+    text = lines(error)
+    assert text[:3] == [
+        "spyre sanitizer: unsynchronized access (read-after-write)",
+        f"  this access:    aten::mul.Tensor reads tensor float32[{N}] on {s!r}",
+        f"  earlier access: aten::normal_ writes tensor float32[{N}] on {DEFAULT}, not ordered before it",
+    ]
+    assert text[-1] == (
+        f"  fix: {s!r} must wait for {DEFAULT} before this access: "
+        f"<{s!r}>.wait_stream(torch.spyre.default_stream()) (or an Event recorded on "
+        "torch.spyre.default_stream() after the earlier access, waited on with "
+        f"<{s!r}>.wait_event(event)); if the earlier access's tensor was freed, call its "
+        "record_stream(torch.spyre.default_stream()) before freeing it")
+    s.wait_stream(torch.spyre.current_stream())  # the fix: then the same read is quiet
+    with s:
+        y = x * 2
+    torch.spyre.current_stream().wait_stream(s)
+    assert torch.equal(y.cpu(), x.cpu() * 2)
 
 
 def test_write_after_read_on_another_stream(on):
@@ -117,8 +152,8 @@ def test_write_after_read_on_another_stream(on):
         x.add_(1)
     assert lines(error)[:4] == [
         "spyre sanitizer: unsynchronized access (write-after-read)",
-        f"  this access:    aten::add_.Tensor writes tensor float32[{N}] on stream id=0",
-        f"  earlier access: aten::sum.dim_IntList reads tensor float32[{N}] on stream id={s.stream_id}, "
+        f"  this access:    aten::add_.Tensor writes tensor float32[{N}] on {DEFAULT}",
+        f"  earlier access: aten::sum.dim_IntList reads tensor float32[{N}] on {s!r}, "
         "not ordered before it",
         span(x),
     ]
@@ -135,8 +170,8 @@ def test_write_after_write_is_refused_before_anything_is_queued(on):
         y.copy_(torch.full((N,), 5.0, device="spyre"))
     assert lines(error)[:3] == [
         "spyre sanitizer: unsynchronized access (write-after-write)",
-        f"  this access:    D2D writes tensor float32[{N}] on stream id=0",
-        f"  earlier access: aten::fill_.Scalar writes tensor float32[{N}] on stream id={s.stream_id}, "
+        f"  this access:    D2D writes tensor float32[{N}] on {DEFAULT}",
+        f"  earlier access: aten::fill_.Scalar writes tensor float32[{N}] on {s!r}, "
         "not ordered before it",
     ]
     torch.spyre.synchronize()
@@ -252,8 +287,8 @@ def test_views_are_tracked_by_their_bytes(on):
     with pytest.raises(UnsynchronizedAccessError) as error:
         x[N // 4: 3 * N // 4].sum()  # straddles both halves: races with the first only
     assert lines(error)[1:4] == [
-        f"  this access:    aten::sum.dim_IntList reads tensor float32[{N // 2}] on stream id=0",
-        f"  earlier access: aten::fill_.Scalar writes tensor float32[{N // 2}] on stream id={s.stream_id}, "
+        f"  this access:    aten::sum.dim_IntList reads tensor float32[{N // 2}] on {DEFAULT}",
+        f"  earlier access: aten::fill_.Scalar writes tensor float32[{N // 2}] on {s!r}, "
         "not ordered before it",
         span(x, N // 4, N // 4),
     ]
@@ -271,7 +306,7 @@ def test_interleaved_strided_views_do_not_overlap(on):
     with pytest.raises(UnsynchronizedAccessError) as error:
         m[:, 1:].t().mul_(3)  # odd elements, transposed: still no race with the even fill ...
         m[3:5].sum()  # ... but rows 3-4 read even elements too
-    assert lines(error)[1] == "  this access:    aten::sum.dim_IntList reads tensor float32[2, 2] on stream id=0"
+    assert lines(error)[1] == f"  this access:    aten::sum.dim_IntList reads tensor float32[2, 2] on {DEFAULT}"
     assert lines(error)[3] == span(x, 6, 1)
     torch.spyre.synchronize()
     assert x[:4].cpu().tolist() == [1.0, 6.0, 1.0, 6.0]
@@ -302,9 +337,11 @@ def test_random_fills_are_writes(on):
     x = ready(0.0)
     with s:
         x.uniform_()  # drawn on the host, copied in on s
-    with pytest.raises(UnsynchronizedAccessError, match=rf"earlier access: H2D writes tensor float32\[{N}\] "
-                       rf"on stream id={s.stream_id}"):
+    with pytest.raises(UnsynchronizedAccessError) as error:
         x.sum()
+    # Named as the op it is, not as the copy that carries its numbers to the device.
+    assert lines(error)[2] == (f"  earlier access: aten::uniform_ writes tensor float32[{N}] on {s!r}, "
+                               "not ordered before it")
 
 
 def test_warn_mode_prints_the_report_and_goes_on(capfd):
@@ -320,7 +357,7 @@ def test_warn_mode_prints_the_report_and_goes_on(capfd):
     torch.spyre.synchronize()
     err = capfd.readouterr().err
     assert err.startswith("spyre sanitizer: unsynchronized access (read-after-write)\n")
-    assert f"  earlier access: aten::mul.Tensor writes tensor float32[{N}] on stream id={s.stream_id}" in err
+    assert f"  earlier access: aten::mul.Tensor writes tensor float32[{N}] on {s!r}" in err
     assert z.shape == (N,)  # launched; its values are the race's (y may not have been written)
 
 
@@ -391,11 +428,11 @@ def test_compiled_kernels_are_tracked(on, fresh_dynamo):
     with pytest.raises(UnsynchronizedAccessError) as error:
         out.sum()
     assert re.fullmatch(rf"  earlier access: cpp_fused_\w+ writes tensor float32\[{N}\] "
-                        rf"on stream id={s.stream_id}, not ordered before it", lines(error)[2])
+                        rf"on {re.escape(repr(s))}, not ordered before it", lines(error)[2])
     with pytest.raises(UnsynchronizedAccessError) as error:
         x.fill_(1)  # the compiled kernel on s reads x
     assert re.fullmatch(rf"  earlier access: cpp_fused_\w+ reads tensor float32\[{N}\] "
-                        rf"on stream id={s.stream_id}, not ordered before it", lines(error)[2])
+                        rf"on {re.escape(repr(s))}, not ordered before it", lines(error)[2])
     wait_stream(s)
     assert out.sum().item() == 1.0 * N
 
@@ -467,8 +504,8 @@ def test_collectives_are_tracked():
     comm = 1  # the group's communication stream: the first pool stream of the process
     assert proc.stdout.splitlines() == [
         "spyre sanitizer: unsynchronized access (read-after-write)",
-        f"  this access:    aten::mul.Tensor reads tensor float32[{N}] on stream id=0",
-        f"  earlier access: allreduce writes tensor float32[{N}] on stream id={comm}, not ordered before it",
+        f"  this access:    aten::mul.Tensor reads tensor float32[{N}] on {DEFAULT}",
+        f"  earlier access: allreduce writes tensor float32[{N}] on {stream_name(comm)}, not ordered before it",
         "2.0",
         "64.0",
     ]

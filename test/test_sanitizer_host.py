@@ -44,11 +44,16 @@ def lines(error):
     return str(error.value).splitlines()
 
 
+DEFAULT = "torch.spyre.Stream(device=spyre:0, id=0, priority=0)"  # as reports name the default stream
+
+
 def fix(stream_id):
-    return (f"  fix: make the host wait for the copy before this access: s.synchronize() with s the "
-            f"stream id={stream_id} (torch.spyre.current_stream().synchronize() while it is the "
-            "current stream), an Event recorded on it after the copy and that event's synchronize(), "
-            "or torch.spyre.synchronize()")
+    """The report's fix line for a copy on stream `stream_id` (the default stream by its call)."""
+    stream = ("torch.spyre.default_stream()" if stream_id == 0 else
+              f"<torch.spyre.Stream(device=spyre:0, id={stream_id}, priority=0)>")
+    return (f"  fix: the host must wait for the copy before this access: {stream}.synchronize() (or "
+            "an Event recorded on it after the copy and that event's synchronize(), or "
+            "torch.spyre.synchronize())")
 
 
 def pending_d2h(values=1.0):
@@ -70,7 +75,7 @@ def test_a_cpu_op_reading_a_pending_d2h_destination_is_reported(on):
     assert text[:5] == [
         "spyre sanitizer: unsynchronized access (read-after-write)",
         f"  this access:    aten::add.Tensor reads host tensor float32[{N}] on the host",
-        f"  earlier access: D2H writes host tensor float32[{N}] on stream id=0, not ordered before it",
+        f"  earlier access: D2H writes host tensor float32[{N}] on {DEFAULT}, not ordered before it",
         span(h),
         "  earlier access launched at:",
     ]
@@ -108,7 +113,7 @@ def test_a_view_of_the_destination_is_reported_for_its_own_bytes(on):
         v * 2
     assert lines(error)[1:4] == [
         "  this access:    aten::mul.Tensor reads host tensor float32[10] on the host",
-        f"  earlier access: D2H writes host tensor float32[{N}] on stream id=0, not ordered before it",
+        f"  earlier access: D2H writes host tensor float32[{N}] on {DEFAULT}, not ordered before it",
         span(v),
     ]
 
@@ -159,8 +164,8 @@ def test_a_wait_for_another_stream_does_not_order_the_copy(on):
     torch.spyre.current_stream().synchronize()  # the default stream: not s
     with pytest.raises(UnsynchronizedAccessError) as error:
         h.tolist()
-    assert lines(error)[2] == (f"  earlier access: D2H writes host tensor float32[{N}] on stream "
-                               f"id={s.stream_id}, not ordered before it")
+    assert lines(error)[2] == (f"  earlier access: D2H writes host tensor float32[{N}] on {s!r}, "
+                               "not ordered before it")
     assert lines(error)[-1] == fix(s.stream_id)
     s.synchronize()
     assert h.tolist() == [1.0] * N
@@ -182,7 +187,7 @@ def test_writing_a_pending_h2d_source_is_write_after_read_and_reading_it_is_quie
     assert lines(error)[:4] == [
         "spyre sanitizer: unsynchronized access (write-after-read)",
         f"  this access:    aten::add_.Tensor writes host tensor float32[{N}] on the host",
-        f"  earlier access: H2D reads host tensor float32[{N}] on stream id=0, not ordered before it",
+        f"  earlier access: H2D reads host tensor float32[{N}] on {DEFAULT}, not ordered before it",
         span(src),
     ]
     torch.spyre.current_stream().synchronize()
@@ -238,8 +243,8 @@ def test_two_copies_through_one_pinned_buffer_on_two_streams_race(on, ordered):
         y.copy_(h, non_blocking=True)  # H2D reads h on s: the D2H may not have written it
     assert lines(error)[:4] == [
         "spyre sanitizer: unsynchronized access (read-after-write)",
-        f"  this access:    H2D reads host tensor float32[{N}] on stream id={s.stream_id}",
-        f"  earlier access: D2H writes host tensor float32[{N}] on stream id=0, not ordered before it",
+        f"  this access:    H2D reads host tensor float32[{N}] on {s!r}",
+        f"  earlier access: D2H writes host tensor float32[{N}] on {DEFAULT}, not ordered before it",
         span(h),
     ]
 

@@ -10,6 +10,7 @@ import pytest
 
 from _helpers import WAIT_UNTIL
 from conftest import run_python
+from test_sanitizer import DEFAULT, stream_name
 
 N = 1024  # float32 elements: 4096 bytes
 
@@ -44,13 +45,14 @@ def test_a_block_reused_under_an_unordered_access_is_reported():
     assert out[:4] == [
         "True",  # handed on at once: nothing recorded it on s
         "spyre sanitizer: unsynchronized access (write-after-read)",
-        f"  this access:    aten::fill_.Scalar writes tensor float32[{N}] on stream id=0",
-        f"  earlier access: allgather reads tensor float32[{N}] on stream id={comm}, not ordered before it",
+        f"  this access:    aten::fill_.Scalar writes tensor float32[{N}] on {DEFAULT}",
+        f"  earlier access: allgather reads tensor float32[{N}] on {stream_name(comm)}, not ordered before it",
     ]
     assert out[4].startswith("  overlapping bytes: [0x") and out[4].endswith(f") ({4 * N} bytes)")
-    assert out[-1].startswith(f"  fix: order stream id=0 after stream id={comm} before this access")
-    assert out[-1].endswith(f"if the earlier access's tensor was freed, record_stream() it on stream "
-                            f"id={comm} before freeing it")
+    assert out[-1].startswith(f"  fix: {DEFAULT} must wait for {stream_name(comm)} before this access: "
+                              f"torch.spyre.default_stream().wait_stream(<{stream_name(comm)}>)")
+    assert out[-1].endswith(f"if the earlier access's tensor was freed, call its "
+                            f"record_stream(<{stream_name(comm)}>) before freeing it")
 
 
 def test_record_stream_before_the_free_silences_it():

@@ -147,7 +147,7 @@ bool isDmaCompatible(const at::Tensor& src, const at::Tensor& dst) {
 }  // namespace
 
 bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst,
-                std::function<void()> keep_alive, bool non_blocking) {
+                std::function<void()> keep_alive, bool non_blocking, const char* op) {
   const size_t nbytes = dst.numel() * dst.element_size();
   bool host_recorded = false;
   if (nbytes == 0) {
@@ -158,7 +158,8 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
     sanitizer::addTensor(accesses, src, /*write=*/false);
     sanitizer::addTensor(accesses, dst, /*write=*/true);
     if (non_blocking) sanitizer::addPendingHostSide(accesses, src, dst);
-    sanitizer::onLaunch(stream.id(), src.is_cpu() ? "H2D" : dst.is_cpu() ? "D2H" : "D2D", accesses);
+    if (op == nullptr) op = src.is_cpu() ? "H2D" : dst.is_cpu() ? "D2H" : "D2D";
+    sanitizer::onLaunch(stream.id(), op, accesses);
   }
   if (src.is_cpu() || dst.is_cpu()) {
     const at::Tensor& host = src.is_cpu() ? src : dst;
@@ -370,7 +371,7 @@ at::Tensor& randomFill(at::Tensor& self, const char* op,
       at::empty_strided(self.sizes(), self.strides(), self.options().device(at::kCPU));
   draw(host, cpuGeneratorOf(generator, self.device().index()));
   // `host` never reaches Python: the copy may drop it on the engine.
-  launchCopy(stream, host, self, [host] {});
+  launchCopy(stream, host, self, [host] {}, /*non_blocking=*/false, op);
   return self;
 }
 

@@ -17,7 +17,11 @@ namespace spyre {
 // synchronous op's result) travels in `keep_alive`, which must hold no
 // Python-visible object. `non_blocking`: the caller returns without waiting
 // for the copy, whose pinned host side the stream sanitizer then tracks.
+// `op`: the operation the stream sanitizer names in a report when the copy
+// carries another op's result (a random fill drawn on the host); nullptr: the
+// copy's own direction (H2D, D2H, D2D).
 bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tensor& dst,
-                std::function<void()> keep_alive = {}, bool non_blocking = false);
+                std::function<void()> keep_alive = {}, bool non_blocking = false,
+                const char* op = nullptr);
 
 }  // namespace spyre

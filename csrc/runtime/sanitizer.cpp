@@ -205,8 +205,24 @@ const char* kindOf(bool earlier_write, bool later_write) {
   return earlier_write ? "read-after-write" : "write-after-read";
 }
 
+// A stream as torch.spyre.Stream prints it (torch_spyre/streams.py), so a
+// report names streams the way the user sees them.
+std::string streamName(int64_t id) {
+  const int priority = id >= kFirstHighPriorityStreamId && id < kNumPoolStreamIds ? kHighPriority
+                                                                                 : kLowPriority;
+  return "torch.spyre.Stream(device=spyre:" + std::to_string(boundDevice()) +
+         ", id=" + std::to_string(id) + ", priority=" + std::to_string(priority) + ")";
+}
+
+// A stream in a line of code to write: the default stream by the call that
+// returns it; any other as <its printed form>, standing for the user's own
+// variable (the report never invents a name that could be another stream's).
+std::string streamInCode(int64_t id) {
+  return id == kDefaultStreamId ? "torch.spyre.default_stream()" : "<" + streamName(id) + ">";
+}
+
 std::string where(const Record& r) {
-  return r.stream == kHost ? "on the host" : "on stream id=" + std::to_string(r.stream);
+  return r.stream == kHost ? "on the host" : "on " + streamName(r.stream);
 }
 
 std::string report(const Record& earlier, const Record& later, Interval overlap) {
@@ -222,19 +238,19 @@ std::string report(const Record& earlier, const Record& later, Interval overlap)
     << (earlier.stack.empty() ? "    (no Python frames)\n" : earlier.stack)
     << "  this access launched at:\n"
     << (later.stack.empty() ? "    (no Python frames)\n" : later.stack);
+  const std::string writer = streamInCode(earlier.stream);
   if (later.stream == kHost) {
-    m << "  fix: make the host wait for the copy before this access: s.synchronize() with s the"
-      << " stream id=" << earlier.stream << " (torch.spyre.current_stream().synchronize() while it"
-      << " is the current stream), an Event recorded on it after the copy and that event's"
-      << " synchronize(), or torch.spyre.synchronize()\n";
+    m << "  fix: the host must wait for the copy before this access: " << writer
+      << ".synchronize() (or an Event recorded on it after the copy and that event's"
+      << " synchronize(), or torch.spyre.synchronize())\n";
   } else if (later.stream == earlier.stream) {
     m << "  fix: the two accesses are on one stream; this cannot happen (a sanitizer bug)\n";
   } else {
-    m << "  fix: order stream id=" << later.stream << " after stream id=" << earlier.stream
-      << " before this access (torch.spyre.current_stream().wait_stream(s) with s the stream id="
-      << earlier.stream << ", or an Event recorded on it after the earlier access and waited"
-      << " on), or synchronize; if the earlier access's tensor was freed, record_stream() it"
-      << " on stream id=" << earlier.stream << " before freeing it\n";
+    m << "  fix: " << streamName(later.stream) << " must wait for " << streamName(earlier.stream)
+      << " before this access: " << streamInCode(later.stream) << ".wait_stream(" << writer
+      << ") (or an Event recorded on " << writer << " after the earlier access, waited on with "
+      << streamInCode(later.stream) << ".wait_event(event)); if the earlier access's tensor was"
+      << " freed, call its record_stream(" << writer << ") before freeing it\n";
   }
   return m.str();
 }
