@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Quick start 1: set up this machine and run the main demo.
+# Quick start 1: set up the project's virtual environment (.venv/) and run the
+# main demo with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/progress.sh
 bash scripts/setup_env.sh
-python examples/streams_demo.py "$@"
+phase "running the streams demo (examples/streams_demo.py)"
+.venv/bin/python examples/streams_demo.py "$@"
+phase "done"

@@ -304,6 +304,21 @@ def fresh_dynamo():
 
 
 @pytest.fixture
+def progress(request):
+    """For a test that runs for minutes: progress(message) prints a line on the terminal as the
+    test runs (past pytest's output capture), with the time since the test started."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    start = time.monotonic()
+
+    def say(message):
+        elapsed = int(time.monotonic() - start)
+        with capture.global_and_fixture_disabled():
+            print(f"\n    [{elapsed // 60}:{elapsed % 60:02d}] {request.node.name}: {message}", flush=True)
+
+    return say
+
+
+@pytest.fixture
 def own_sanitizer_mode():
     """Sanitizer tests set the mode themselves (the suite may run with TORCH_SPYRE_SANITIZER=1):
     off before the test; after it off again, the device idle, and the suite's mode back."""

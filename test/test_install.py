@@ -12,7 +12,8 @@ also have. The venv sees the packages of the running interpreter also when that
 is itself a venv (a .pth, not `--system-site-packages`).
 
 Slow: the wheel compiles the whole extension from nothing (several minutes on
-2 shared cores).
+2 shared cores; about one with ccache installed, whose hits from the checkout's own
+build it then uses).
 """
 
 import os
@@ -91,7 +92,7 @@ def run(cmd, timeout, **kwargs):
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # a clean build: 3-4 min on 2 quiet cores, 15+ under heavy load
-def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path):
+def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path, progress):
     if shutil.which("git") is None or not os.path.exists(os.path.join(ROOT, ".git")):
         pytest.skip("needs a git checkout")
     src = tmp_path / "src"
@@ -104,7 +105,13 @@ def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path):
     # No PYTHONPATH (the tests' own checkout), no device variables.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.setdefault("MAX_JOBS", "2")
+    if os.path.isdir("/usr/lib/ccache") and shutil.which("ccache"):
+        # As scripts/setup_env.sh builds the checkout: paths hashed relative to the copy's root,
+        # so the copy's units are the cache's hits from that build (same sources, same flags).
+        env["PATH"] = "/usr/lib/ccache" + os.pathsep + env.get("PATH", "")
+        env["CCACHE_BASEDIR"] = str(src)
     dist = tmp_path / "dist"
+    progress(f"building the wheel from nothing (MAX_JOBS={env['MAX_JOBS']}; minutes)")
     run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
          "--disable-pip-version-check", "-w", str(dist), str(src)], timeout=2400, env=env)
     wheels = list(dist.glob("torch_spyre-*.whl"))
@@ -118,10 +125,12 @@ def test_wheel_installs_into_a_fresh_venv_and_works(tmp_path):
         assert any(name.startswith(native) for name in shipped), (native, sorted(shipped))
 
     venv = tmp_path / "venv"
+    progress("installing the wheel into a fresh venv")
     python = make_venv_seeing_this_interpreters_packages(venv, env)
     run([python, "-m", "pip", "install", "--no-index", "--no-deps", "--force-reinstall",
          "--disable-pip-version-check", str(wheels[0])], timeout=600, env=env)
 
+    progress("running the smoke test with the venv's python")
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     proc = run([python, "-c", textwrap.dedent(SMOKE), str(venv)], timeout=600, env=env,

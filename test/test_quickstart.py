@@ -1,0 +1,112 @@
+"""The README's two Quick-start commands on a fresh machine: from a fresh copy of the checkout
+(its git-tracked files), with a PATH that has `python3` but no `python` and no active virtual
+environment, `bash scripts/run_demo.sh` creates the project's .venv/, builds torch_spyre into it
+with the build's progress on the terminal and runs the demo; `bash scripts/run_tests.sh` then
+reuses that .venv/ (no second venv, an in-place rebuild) and runs pytest with it, naming each
+file and ending with the durations summary.
+
+The `python3` on that PATH is this interpreter (a wrapper, so a venv stays a venv), which has
+torch 2.13.0: the scripts' venv uses it from where it is instead of installing it again. Slow:
+the copy builds the whole extension (ccache, when the caller has it on PATH, makes that
+cheaper: the copy lives under the checkout's build/, inside the same ccache base folder).
+"""
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DEVICE_ENV
+from test_install import tracked_files
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHASE = re.compile(r"^\[\d+:\d\d\] ")  # the scripts' phase lines: "[m:ss] what"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # a clean build: minutes
+
+
+def fresh_machine_path(bin_dir):
+    """bin_dir (holding only python3, which so comes first) then the caller's PATH without any
+    folder that has a `python` (pyenv's shims, a venv's bin)."""
+    kept = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not os.path.exists(os.path.join(d, "python"))]
+    return os.pathsep.join([str(bin_dir), *kept])
+
+
+def run_script(script, args, cwd, env, timeout):
+    proc = subprocess.run(["bash", script, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout.splitlines()
+
+
+def phases(lines):
+    return [PHASE.sub("", line) for line in lines if PHASE.match(line)]
+
+
+def test_readme_commands_on_a_fresh_machine(tmp_path, progress):
+    if shutil.which("git") is None or not os.path.exists(os.path.join(ROOT, ".git")):
+        pytest.skip("needs a git checkout")
+    base = os.path.join(ROOT, "build", "quickstart-test")
+    shutil.rmtree(base, ignore_errors=True)
+    src = os.path.join(base, "src")
+    for name in tracked_files():
+        if os.path.isfile(os.path.join(ROOT, name)):
+            os.makedirs(os.path.join(src, os.path.dirname(name)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), os.path.join(src, name))
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python3 = bin_dir / "python3"
+    python3.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python3.chmod(python3.stat().st_mode | stat.S_IXUSR)
+    path = fresh_machine_path(bin_dir)
+    assert shutil.which("python", path=path) is None
+    assert shutil.which("python3", path=path) == str(python3)
+    # Nothing activated, nothing of this checkout's on the import path.
+    dropped = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX", "QUICKSTART_START",
+               *DEVICE_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    env["PATH"] = path
+    env.setdefault("MAX_JOBS", "2")
+
+    try:
+        progress(f"bash scripts/run_demo.sh in a fresh copy (builds from nothing, MAX_JOBS={env['MAX_JOBS']})")
+        out = tmp_path / "out"
+        demo = run_script("scripts/run_demo.sh", ["--small", "--out", str(out)], src, env, 3000)
+        steps = phases(demo)
+        assert steps[0].startswith("creating the virtual environment .venv (")
+        assert steps[1] == f"using the torch 2.13.0 installed in " + os.path.dirname(
+            os.path.dirname(__import__("torch").__file__))
+        assert steps[2] == "installing torch 2.13.0 and the build and test tools into .venv (pip)"
+        assert steps[3].startswith("building torch_spyre and installing it editable into .venv")
+        assert steps[4:] == ["torch_spyre is ready in .venv",
+                             "running the streams demo (examples/streams_demo.py)", "done"]
+        # The build's progress: one line per compiled file, ninja's [n/m] then the file.
+        built = [line.split() for line in demo if re.match(r"^    \[\d+/\d+\] ", line)]
+        assert built and all(re.fullmatch(r"csrc/\w+/\w+\.cpp", file) for _, file in built), demo
+        assert ["[1/1]", "csrc/testing/module.cpp"] in built, built  # torch_spyre._testing
+        total = int(built[0][0].split("/")[1][:-1])  # torch_spyre._C: every file, counted
+        assert built[:total] == [[f"[{n}/{total}]", built[n - 1][1]] for n in range(1, total + 1)]
+        assert any(re.search(r"results identical: True", line) for line in demo), demo
+        assert sorted(os.listdir(out)) == ["streams_demo.png", "streams_demo_trace.json"]
+        assert os.path.isfile(os.path.join(src, ".venv", "bin", "python"))
+
+        progress("bash scripts/run_tests.sh (a few files) reusing the copy's .venv")
+        tests = run_script("scripts/run_tests.sh", ["test/test_docs.py", "-p", "no:cacheprovider"],
+                           src, env, 600)
+        assert phases(tests) == [
+            "building torch_spyre in place (MAX_JOBS=%s; only what changed)" % env["MAX_JOBS"],
+            "torch_spyre is ready in .venv",
+            "running the test suite (both tiers)",
+            "tests finished (pytest exit status 0)",
+        ]
+        assert any(line.startswith("test/test_docs.py ") for line in tests), tests  # the file runs
+        assert any(re.search(r"=+ slowest 30 durations =+", line) for line in tests), tests
+        assert re.search(r"=+ \d+ passed in ", tests[-2]), tests
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
