@@ -303,19 +303,20 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+def progress_line(config, label, message, start):
+    """Prints `label: message` on the terminal at once, past pytest's output capture, with the
+    time since `start` (time.monotonic())."""
+    elapsed = int(time.monotonic() - start)
+    with config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+        print(f"\n    [{elapsed // 60}:{elapsed % 60:02d}] {label}: {message}", flush=True)
+
+
 @pytest.fixture
 def progress(request):
     """For a test that runs for minutes: progress(message) prints a line on the terminal as the
-    test runs (past pytest's output capture), with the time since the test started."""
-    capture = request.config.pluginmanager.getplugin("capturemanager")
+    test runs, with the time since the test started."""
     start = time.monotonic()
-
-    def say(message):
-        elapsed = int(time.monotonic() - start)
-        with capture.global_and_fixture_disabled():
-            print(f"\n    [{elapsed // 60}:{elapsed % 60:02d}] {request.node.name}: {message}", flush=True)
-
-    return say
+    return lambda message: progress_line(request.config, request.node.name, message, start)
 
 
 @pytest.fixture

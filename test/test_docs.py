@@ -55,3 +55,11 @@ def test_support_table_rows_have_a_status_and_existing_tests():
 
 def test_readme_links_the_support_table():
     assert "- [docs/support.md](docs/support.md):" in section(README, "Documentation")
+
+
+def test_development_layers_name_every_csrc_file():
+    text = (ROOT / "docs" / "development.md").read_text()
+    (layers,) = code_blocks(section(text, "Layers"), "")
+    missing = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "csrc").rglob("*"))
+               if path.is_file() and not re.search(rf"\b{re.escape(path.name.split('.')[0])}\b", layers)]
+    assert missing == []

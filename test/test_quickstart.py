@@ -9,6 +9,7 @@ The `python3` on that PATH is this interpreter (a wrapper, so a venv stays a ven
 torch 2.13.0: the scripts' venv uses it from where it is instead of installing it again. Slow:
 the copy builds the whole extension (ccache, when the caller has it on PATH, makes that
 cheaper: the copy lives under the checkout's build/, inside the same ccache base folder).
+A missing prerequisite stops the setup at once with one line (fast tests, nothing built).
 """
 
 import os
@@ -26,7 +27,6 @@ from test_install import tracked_files
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASE = re.compile(r"^\[\d+:\d\d\] ")  # the scripts' phase lines: "[m:ss] what"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # a clean build: minutes
 
 
 def fresh_machine_path(bin_dir):
@@ -48,6 +48,8 @@ def phases(lines):
     return [PHASE.sub("", line) for line in lines if PHASE.match(line)]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # a clean build: minutes
 def test_readme_commands_on_a_fresh_machine(tmp_path, progress):
     if shutil.which("git") is None or not os.path.exists(os.path.join(ROOT, ".git")):
         pytest.skip("needs a git checkout")
@@ -110,3 +112,38 @@ def test_readme_commands_on_a_fresh_machine(tmp_path, progress):
         assert re.search(r"=+ \d+ passed in ", tests[-2]), tests
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# A missing prerequisite stops setup_env.sh before it creates or installs anything, with one
+# line on stderr naming what to install (fast: nothing is built).
+def scripts_copy(tmp_path):
+    shutil.copytree(os.path.join(ROOT, "scripts"), tmp_path / "scripts")
+    return str(tmp_path / "scripts" / "setup_env.sh")
+
+
+@pytest.mark.parametrize("cxx,message", [
+    ("no-such-compiler", "error: no C++ compiler (no-such-compiler) on PATH: install one that supports "
+                         "C++20, e.g. GCC 10 or newer (Debian: apt-get install g++)"),
+    ("false", "error: false cannot compile C++20 (torch's extensions build with -std=c++20): install "
+              "GCC 10 or newer (Debian: apt-get install g++)"),
+])
+def test_a_missing_compiler_is_one_line_before_anything_is_installed(tmp_path, cxx, message):
+    script = scripts_copy(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["CXX"] = cxx
+    proc = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", message + "\n")
+    assert sorted(os.listdir(tmp_path)) == ["scripts"]  # no .venv, no build/
+
+
+def test_no_python3_is_one_line(tmp_path):
+    script = scripts_copy(tmp_path)
+    bin_dir = tmp_path / "bin"  # the tools the script runs before its first check, no python3
+    bin_dir.mkdir()
+    for tool in ("dirname", "date"):
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    proc = subprocess.run([shutil.which("bash"), script], env={"PATH": str(bin_dir)},
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1, "", "error: python3 not found on PATH: install Python 3.11 (Debian: apt-get install "
+               "python3 python3-venv python3-dev)\n")

@@ -5,19 +5,22 @@ contexts, copies, events and syncs with exact values."""
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
-from conftest import run_python
+from conftest import progress_line, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "test", "stress", "run_sanitizers.sh")
 
 
 @pytest.fixture(scope="module")
-def sanitizer_run():
+def sanitizer_run(request):
     """Build (incrementally, in build/stress) and run the stub and the stress
     program plain (8 x 10^5 operations), under TSAN and under ASAN+UBSan."""
+    progress_line(request.config, "test_reliability.py", "building and running the stress program "
+                  "plain, under TSAN and under ASAN+UBSan (minutes)", time.monotonic())
     proc = subprocess.run(
         ["bash", SCRIPT, "plain", "tsan", "asan"],
         cwd=ROOT,

@@ -19,7 +19,8 @@ def sanitized_env():
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_the_inner_tier_reports_nothing():
+def test_the_inner_tier_reports_nothing(progress):
+    progress("running the inner tier again under TORCH_SPYRE_SANITIZER=1 (minutes)")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
          str(ROOT / "test")],
