@@ -24,7 +24,7 @@ fi
 CXX_BIN="${CXX:-c++}"
 command -v "$CXX_BIN" >/dev/null ||
     die "no C++ compiler ($CXX_BIN) on PATH: install one that supports C++20, e.g. GCC 10 or newer (Debian: apt-get install g++)"
-echo 'int main() { return 0; }' | "$CXX_BIN" -std=c++20 -x c++ - -o /dev/null 2>/dev/null ||
+"$CXX_BIN" -std=c++20 -x c++ - -o /dev/null <<<'int main() { return 0; }' 2>/dev/null ||
     die "$CXX_BIN cannot compile C++20 (torch's extensions build with -std=c++20): install GCC 10 or newer (Debian: apt-get install g++)"
 PY_INCLUDE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 [ -f "$PY_INCLUDE/Python.h" ] ||
@@ -77,7 +77,7 @@ PY="$VENV/bin/python"
 # --no-build-isolation. Installed again only when this list changes.
 REQUIREMENTS=("torch==$TORCH" numpy "setuptools>=64" wheel ninja "pytest>=8" pytest-timeout expecttest matplotlib)
 STAMP="$VENV/quickstart-requirements.txt"
-if ! printf '%s\n' "${REQUIREMENTS[@]}" | cmp -s - "$STAMP"; then
+if [ "$(printf '%s\n' "${REQUIREMENTS[@]}")" != "$(cat "$STAMP" 2>/dev/null)" ]; then
     phase "installing torch $TORCH and the build and test tools into $VENV (pip)"
     "$PY" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
     printf '%s\n' "${REQUIREMENTS[@]}" > "$STAMP"
