@@ -238,19 +238,20 @@ std::string report(const Record& earlier, const Record& later, Interval overlap)
     << (earlier.stack.empty() ? "    (no Python frames)\n" : earlier.stack)
     << "  this access launched at:\n"
     << (later.stack.empty() ? "    (no Python frames)\n" : later.stack);
-  const std::string writer = streamInCode(earlier.stream);
+  const std::string earlier_stream = streamInCode(earlier.stream);
   if (later.stream == kHost) {
-    m << "  fix: the host must wait for the copy before this access: " << writer
+    m << "  fix: the host must wait for the copy before this access: " << earlier_stream
       << ".synchronize() (or an Event recorded on it after the copy and that event's"
       << " synchronize(), or torch.spyre.synchronize())\n";
   } else if (later.stream == earlier.stream) {
     m << "  fix: the two accesses are on one stream; this cannot happen (a sanitizer bug)\n";
   } else {
+    const std::string later_stream = streamInCode(later.stream);
     m << "  fix: " << streamName(later.stream) << " must wait for " << streamName(earlier.stream)
-      << " before this access: " << streamInCode(later.stream) << ".wait_stream(" << writer
-      << ") (or an Event recorded on " << writer << " after the earlier access, waited on with "
-      << streamInCode(later.stream) << ".wait_event(event)); if the earlier access's tensor was"
-      << " freed, call its record_stream(" << writer << ") before freeing it\n";
+      << " before this access: " << later_stream << ".wait_stream(" << earlier_stream
+      << ") (or an Event recorded on " << earlier_stream << " after the earlier access, waited"
+      << " on with " << later_stream << ".wait_event(event)); if the earlier access's tensor was"
+      << " freed, call its record_stream(" << earlier_stream << ") before freeing it\n";
   }
   return m.str();
 }
