@@ -24,6 +24,7 @@ import torch as _torch  # noqa: E402
 # Loading _C registers the device guard, hooks, allocators and kernels.
 from . import _C, _compile  # noqa: F401,E402
 from . import _autograd_exit  # noqa: F401,E402  (clean exit after backward)
+from . import _utils  # noqa: F401,E402  (torch.serialization reads torch.spyre._utils)
 from . import _module_alias  # noqa: E402
 # _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
 from ._device import (  # noqa: F401,E402
@@ -161,7 +162,31 @@ _INDUCTOR_BACKEND = {
 }
 
 
+def _get_generator(device: _torch.device) -> _torch.Generator:
+    """The default generator of `device` (torch.cuda's helper: aot_autograd asks for it)."""
+    from .random import _generator
+
+    return _generator(device if device.index is not None else None)
+
+
+# Module attributes that torch's device-generic code reads by torch.cuda's names and
+# whose value is state: computed at each read, as torch.cuda's globals are kept current.
+def _initialized_now() -> bool:
+    # torch.utils.checkpoint saves and restores the device's RNG state around a
+    # recomputation only when this is true (torch.cuda: lazy init ran, not a bad fork).
+    return is_initialized() and not _is_in_bad_fork()
+
+
+def _default_generators() -> tuple:
+    return tuple(_C._get_default_generator(index) for index in range(device_count()))
+
+
+_DYNAMIC_ATTRIBUTES = {"_initialized": _initialized_now, "default_generators": _default_generators}
+
+
 def __getattr__(name):
+    if name in _DYNAMIC_ATTRIBUTES:
+        return _DYNAMIC_ATTRIBUTES[name]()
     if name in _INDUCTOR_BACKEND:
         from ._compile import inductor
 
