@@ -365,3 +365,59 @@ def test_host_compute_and_default_streams_have_named_lanes(tmp_path):
     lanes = lane_names(load_trace(prof, tmp_path))
     assert lanes[hc.stream_id] == f"spyre:0 stream {hc.stream_id} (host compute)"
     assert lanes[0] == "spyre:0 stream 0 (default)"
+
+
+# ---------------------------------------------------------------- activity filters
+
+
+def _categories(trace):
+    cats = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") not in ("Trace", "cpu_op"):
+            cats[e["cat"]] = cats.get(e["cat"], 0) + 1
+    return cats
+
+
+def _filtered_profile(tmp_path, activities, name):
+    warm_up()
+    x = torch.ones(1024, device="spyre")
+    torch.spyre.synchronize()
+    with record_function("region"), profile(activities=activities) as prof:
+        with record_function("inner"):
+            y = (x * 2).cpu()  # one kernel, one D2H
+        torch.zeros(8, device="spyre")  # one fill
+        torch.spyre.synchronize()
+    assert y[0].item() == 2.0
+    return _categories(load_trace(prof, tmp_path, name))
+
+
+@pytest.mark.parametrize(
+    "kinds, expected",
+    [
+        (["CONCURRENT_KERNEL"], {"kernel": 1}),
+        (["GPU_MEMCPY"], {"gpu_memcpy": 1}),
+        (["GPU_MEMSET", "CONCURRENT_KERNEL"], {"gpu_memset": 1, "kernel": 1}),
+        (["PRIVATEUSE1_RUNTIME"], {"privateuse1_runtime": 3}),
+        ([], {}),
+    ],
+    ids=["kernels", "copies", "fills_and_kernels", "runtime_only", "nothing"],
+)
+def test_activity_filter_records_exactly_the_requested_kinds(tmp_path, kinds, expected):
+    cats = _filtered_profile(tmp_path, [{ProfilerActivity.PrivateUse1: kinds}], "filtered.json")
+    assert cats == expected
+
+
+def test_unfiltered_private_use1_records_every_kind(tmp_path):
+    cats = _filtered_profile(tmp_path, [ProfilerActivity.PrivateUse1], "device.json")
+    assert cats == {"kernel": 1, "gpu_memcpy": 1, "gpu_memset": 1, "privateuse1_runtime": 3}
+    # record_function ranges exist only with CPU activities: then their device spans too
+    cats = _filtered_profile(tmp_path, ACTIVITIES, "all.json")
+    assert cats == {"kernel": 1, "gpu_memcpy": 1, "gpu_memset": 1, "privateuse1_runtime": 3,
+                    "gpu_user_annotation": 1, "user_annotation": 1}
+
+
+def test_activity_filter_with_cpu_activities(tmp_path):
+    # torch's CPU group brings the runtime (launch) activities, as it does CUDA's
+    activities = [ProfilerActivity.CPU, {ProfilerActivity.PrivateUse1: ["GPU_USER_ANNOTATION"]}]
+    cats = _filtered_profile(tmp_path, activities, "annotations.json")
+    assert cats == {"gpu_user_annotation": 1, "user_annotation": 1, "privateuse1_runtime": 3}
