@@ -111,6 +111,15 @@ def test_a_fifo_named_as_the_newest_report_is_ignored_without_blocking(tmp_path)
     _call_with_timeout(lambda: newest_is_the_older_valid_one(tmp_path), 60)
 
 
+def test_a_fifo_swapped_in_after_the_check_is_refused_on_what_was_opened(tmp_path, monkeypatch):
+    # the entry changes between the lstat and the open: the open must not block either
+    monkeypatch.setattr(_ffdc, "_is_regular_file", lambda path: True)
+    os.mkfifo(tmp_path / NEWER)
+    _call_with_timeout(lambda: newest_is_the_older_valid_one(tmp_path), 60)
+    (tmp_path / "ffdc_unknown_20990101T000000_000000_1.json").symlink_to(tmp_path / OLDER)
+    newest_is_the_older_valid_one(tmp_path)  # and a symlink is not followed (O_NOFOLLOW)
+
+
 def test_a_directory_named_as_the_newest_report_is_ignored(tmp_path):
     (tmp_path / NEWER).mkdir()
     newest_is_the_older_valid_one(tmp_path)

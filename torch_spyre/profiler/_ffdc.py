@@ -152,6 +152,9 @@ def _read_report(path: Path) -> Optional[dict]:
     """The report in `path`, or None when it is not a usable one. Opened without
     following a symlink and without blocking (a FIFO opens at once and is refused);
     a JSON nested too deeply to parse is refused like a malformed one."""
+    if not _is_regular_file(path):  # not even opened: a device node could act on open
+        return None
+    # Checked again on what was opened: the entry can change in between.
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
