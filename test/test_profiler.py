@@ -7,13 +7,14 @@ profile_memory. Overlap across streams is forced with gates, never by timing.
 
 import json
 import re
+import textwrap
 
 import pytest
 import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-from _helpers import wait_until
+from _helpers import WAIT_UNTIL, wait_until
 from conftest import run_python
 from torch_spyre.testing import Gate
 
@@ -290,7 +291,7 @@ def test_a_fault_during_a_profile_is_reported_and_the_trace_written(tmp_path):
 
 
 def test_a_fault_first_seen_at_the_profile_exit_stays_pending(tmp_path):
-    proc = run_python(f"""
+    proc = run_python(WAIT_UNTIL + textwrap.dedent(f"""
         import os, warnings, torch
         from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
         from torch_spyre.errors import SpyreStreamError
@@ -305,15 +306,15 @@ def test_a_fault_first_seen_at_the_profile_exit_stays_pending(tmp_path):
                 s = torch.spyre.current_stream()
                 inject_fault(s, "fault 11")
                 y = x * 2  # nothing in the block synchronizes
-                while torch.spyre.errors.stream_get_error(s) == SUCCESS:  # latched, not consumed
-                    pass
+                # latched, not consumed
+                wait_until(lambda: torch.spyre.errors.stream_get_error(s) != SUCCESS, what="the fault")
         print(len(os.listdir({str(tmp_path)!r})), torch.autograd.profiler._is_profiler_enabled)
         print([str(w.message).split(";")[0] for w in caught if w.category is RuntimeWarning])
         try:
             torch.spyre.synchronize()
         except RuntimeError as e:
             print("raised:", e)
-    """)
+    """))
     assert proc.stdout.splitlines() == [
         "1 False",
         "['spyre: a stream is in the error state at the end of the profile (it failed during or before it)']",

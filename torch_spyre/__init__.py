@@ -119,7 +119,28 @@ __all__ = [
     "get_sync_debug_mode", "set_sync_debug_mode",
     # graphs
     "Graph", "graph", "graph_pool_handle", "is_current_stream_capturing",
+    # upstream torch-spyre's
+    "get_diagnostic_report", "make_spyre_module",
 ]
+
+
+def get_diagnostic_report(output_dir=None):
+    """The newest diagnostic (FFDC) report as a dict, or None (torch_spyre.profiler's;
+    docs/profiling.md, "Diagnostic reports"). Loads the profiler package at the first call."""
+    from .profiler import get_diagnostic_report as newest
+
+    return newest(output_dir)
+
+
+def make_spyre_module():
+    """The module torch registers as torch.spyre: this package.
+
+    Upstream torch-spyre builds its device module here (a new module object per call,
+    over per-process state) and registers the result. Here the package itself is the
+    device module and all its state is the process's, so every call returns the same
+    module and changes nothing: it does not register anything.
+    """
+    return _sys.modules[__name__]
 
 
 def _register() -> None:

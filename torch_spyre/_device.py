@@ -15,7 +15,8 @@ _MAX_DEVICE_INDEX = _C._max_devices - 1
 
 
 def _device_index(device, *, optional=True) -> int:
-    """The index named by `device` (int, str, torch.device or None); -1 = current."""
+    """The index named by `device` (int, str, torch.device or None); -1 = current
+    (None, "spyre", or -1 itself; -2 and below raise, as torch.cuda's functions do)."""
     if device is None:
         if optional:
             return -1
@@ -26,10 +27,10 @@ def _device_index(device, *, optional=True) -> int:
             f"of type {type(device).__name__}"
         )
     if isinstance(device, int):
-        if device < 0:
-            return -1  # as torch.cuda: a negative index is the current device
-        if device > _MAX_DEVICE_INDEX:
-            _C._check_device_index(device)  # raises C++'s one message for an out-of-range index
+        if device < -1 or device > _MAX_DEVICE_INDEX:
+            # raises C++'s one message: -1 is the current device (as on CUDA), -2 and
+            # below are a ValueError, past the visible devices a RuntimeError
+            _C._check_device_index(device)
         return device
     if isinstance(device, str):
         text = device

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include <pybind11/pybind11.h>
@@ -21,6 +22,8 @@ StreamKey key(const SpyreStream& stream);
 // Every device index from Python is checked before it narrows to
 // c10::DeviceIndex (an int8_t: 256 would wrap to spyre:0).
 c10::DeviceIndex deviceArg(int64_t index);
+// The ValueError text for an index below -1 (-1 is the current device, as on CUDA).
+std::string negativeDeviceIndexMessage(const std::string& index);
 // A device argument as upstream's bindings take it: None (the current
 // device), an int, a str or a torch.device, of type spyre.
 c10::DeviceIndex deviceFromPython(const py::handle& device);
