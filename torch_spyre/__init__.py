@@ -30,6 +30,7 @@ from . import _module_alias  # noqa: E402
 from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,
     _lazy_init,
+    card_rules,
     current_device,
     device,
     device_count,
@@ -100,7 +101,7 @@ __all__ = [
     "current_device", "device", "device_count", "device_of", "get_amp_supported_dtype",
     "get_device_capability", "get_device_name", "get_device_properties", "init",
     "is_available", "is_bf16_supported", "is_initialized", "set_device", "synchronize",
-    "get_downcast_warning", "set_downcast_warning",
+    "get_downcast_warning", "set_downcast_warning", "card_rules",
     # streams and events
     "Event", "Stream", "StreamContext", "current_stream", "default_stream",
     "host_compute_stream", "set_stream", "stream",

@@ -246,22 +246,30 @@ def _downcast_warning_from_env() -> bool:
     return value.strip().lower() not in ("0", "false", "off")
 
 
-# Upstream torch-spyre warns when a card narrows a dtype (int64 to int32). The
-# emulation computes every dtype as CPU does and never narrows, so the setting
-# is kept and reported only. TORCH_SPYRE_DOWNCAST_WARN=0/false/off disables it.
-_downcast_warning = _downcast_warning_from_env()
+# Upstream torch-spyre warns when the card narrows int64 to int32. The
+# emulation narrows only under the card's rules (TORCH_SPYRE_CARD_RULES=1,
+# docs/tensors.md "Running like a card"); the setting lives in C++, where the
+# copy warns. TORCH_SPYRE_DOWNCAST_WARN=0/false/off disables it at import.
+_C._set_downcast_warning(_downcast_warning_from_env())
 
 
 def get_downcast_warning() -> bool:
-    """Whether downcast warnings are enabled (upstream's API; the emulation never downcasts)."""
-    return _downcast_warning
+    """Whether the int64 downcast warning is enabled (upstream's API; the emulation
+    downcasts only under the card's rules, TORCH_SPYRE_CARD_RULES=1)."""
+    return _C._get_downcast_warning()
 
 
 def set_downcast_warning(enabled: bool) -> None:
-    """Enable or disable downcast warnings for this process (a setting only: nothing downcasts)."""
-    global _downcast_warning
+    """Enable or disable the int64 downcast warning for this process."""
     if type(enabled) is not bool:
         raise TypeError(
             f"set_downcast_warning expects a bool, got {enabled!r} of type {type(enabled).__name__}"
         )
-    _downcast_warning = enabled
+    _C._set_downcast_warning(enabled)
+
+
+def card_rules() -> bool:
+    """True when the device follows a Spyre card's data-type rules
+    (TORCH_SPYRE_CARD_RULES=1: the card's dtypes, int64 stored as int32, 128-byte
+    allocation sticks). Raises ValueError for a value of the variable other than 0 or 1."""
+    return _C._card_rules()

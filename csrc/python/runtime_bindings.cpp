@@ -2,6 +2,7 @@
 #include <string>
 
 #include "aten/autograd_exit.h"
+#include "device/card_rules.h"
 #include "python/bindings.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
@@ -66,7 +67,10 @@ void bindDeviceProperties(py::module_& m) {
     result["engines"] = properties.engines;
     result["dma_engines"] = properties.dma_engines;
     return result;
-  });
+  });  // The card's rules (device/card_rules.h) and upstream's downcast warning.
+  m.def("_card_rules", &cardRules);
+  m.def("_get_downcast_warning", &downcastWarning);
+  m.def("_set_downcast_warning", &setDowncastWarning);
 }
 
 }  // namespace spyre::python
