@@ -10,6 +10,8 @@ stream is held with a Gate.
 
 import inspect
 import pickle
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -327,3 +329,18 @@ def test_exit_with_history_on_and_tensors_alive():
         print(len(torch.spyre.memory._snapshot()["device_traces"][0]))
     """)
     assert result.stdout == "7\n"  # a segment, 3 allocs, y's segment and alloc, the snapshot
+
+
+def test_the_docs_example_prints_what_it_says():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "tensors.md").read_text()
+    section = text[text.index("### Memory snapshots"):text.index("## Pinned host memory")]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    printed = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+
+    def normalized(output):  # addresses and times vary; `python -c` names the file <string>
+        output = re.sub(r"cudaMalloc\(\d+,", "cudaMalloc(ADDRESS,", output)
+        output = re.sub(r"'time_us': \d+", "'time_us': TIME", output)
+        return output.replace("<string>:", "example.py:").strip()
+
+    # fresh: the fork server would add its own frame under the example's
+    assert normalized(run_python(code, fresh=True).stdout) == normalized(printed)
