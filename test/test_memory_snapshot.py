@@ -240,6 +240,24 @@ def test_skip_actions_and_the_legacy_bool_form(history):
     assert memory._snapshot()["device_traces"][0] == []
 
 
+def test_backward_on_autograds_device_thread_gathers_no_stack(history):
+    """Autograd runs spyre's backward ops on its device thread, a C++ thread that has no Python
+    thread state: it never takes the GIL for a stack, as the runtime's engine threads never do."""
+    memory._record_memory_history("all", stacks="python", clear_history=True)
+    w = torch.randn(64, 64, device="spyre", requires_grad=True)
+    x = torch.randn(8, 64, device="spyre")
+    loss = (x @ w).relu().sum()
+    start = len(memory._snapshot()["device_traces"][0])
+    loss.backward()
+    trace = memory._snapshot()["device_traces"][0][start:]  # after the first snapshot's entries
+    seed, *rest = [e for e in trace if e["action"] == "alloc"]
+    assert seed["size"] == 4  # backward's seed gradient, made on this thread
+    assert "test_backward_on_autograds_device_thread_gathers_no_stack" in [
+        f["name"] for f in seed["frames"]]
+    grad_alloc = [e for e in rest if e["addr"] == w.grad.data_ptr()]
+    assert [(e["size"], e["frames"]) for e in grad_alloc] == [(64 * 64 * 4, [])]
+
+
 def test_graph_pool_segments_carry_their_pool_id(history):
     memory._record_memory_history("all", stacks="python", clear_history=True)
     x = torch.zeros(256, device="spyre")
