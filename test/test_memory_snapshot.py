@@ -362,3 +362,23 @@ def test_the_docs_example_prints_what_it_says():
 
     # fresh: the fork server would add its own frame under the example's
     assert normalized(run_python(code, fresh=True).stdout) == normalized(printed)
+
+
+def test_out_of_memory_is_in_the_trace():
+    out = run_python("""
+        import torch
+        torch.spyre.memory._record_memory_history(stacks="python")
+        small = torch.empty(128, device="spyre")  # 512 bytes of a 2 MiB segment
+        try:
+            torch.empty(300000, device="spyre")  # 1200000 bytes: a 20 MiB segment does not fit
+        except torch.OutOfMemoryError:
+            pass
+        trace = torch.spyre.memory._snapshot()["device_traces"][0]
+        for e in trace:
+            print(e["action"], e.get("addr", e.get("device_free")), e["size"], e["stream"],
+                  e["frames"][0]["line"] if e["frames"] else None)
+    """, env={"FLEX_STUB_MEMORY_BYTES": str(4 << 20)}).stdout.splitlines()
+    assert [line.split()[0] for line in out] == ["segment_alloc", "alloc", "oom", "snapshot"]
+    action, device_free, size, stream, line = out[2].split()
+    # As CUDA: the free device bytes, and the request rounded as the allocator rounds it.
+    assert (device_free, size, stream, line) == (str(2 << 20), "1200128", "0", "6")
