@@ -275,7 +275,8 @@ def test_graph_pool_segments_carry_their_pool_id(history):
     assert [seg["segment_pool_id"] for seg in private] == [pool]
     assert private[0]["stream"] == s.stream_id
     trace = memory._snapshot()["device_traces"][0]
-    assert [e["pool_id"] for e in trace if e["addr"] == y.data_ptr()] == [pool, pool]  # segment, block
+    # The segment's entry and the block's.
+    assert [e["pool_id"] for e in trace if e["addr"] == y.data_ptr()] == [pool, pool]
     del y
     g.reset()
 
@@ -382,3 +383,29 @@ def test_out_of_memory_is_in_the_trace():
     action, device_free, size, stream, line = out[2].split()
     # As CUDA: the free device bytes, and the request rounded as the allocator rounds it.
     assert (device_free, size, stream, line) == (str(2 << 20), "1200128", "0", "6")
+
+
+def test_threads_allocate_free_and_snapshot_at_once(history):
+    """Stacks are gathered (taking the GIL) before the allocator's lock, never under it."""
+    import threading
+
+    memory._record_memory_history("all", context="all", stacks="python", clear_history=True)
+
+    def churn():
+        for _ in range(200):
+            t = torch.empty(256, device="spyre")
+            del t
+
+    threads = [threading.Thread(target=churn) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    snapshots = [memory._snapshot() for _ in range(20)]
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    trace = memory._snapshot()["device_traces"][0]
+    counts = {a: sum(e["action"] == a for e in trace) for a in ("alloc", "free_completed")}
+    assert counts == {"alloc": 600, "free_completed": 600}
+    assert all(e["frames"] and e["frames"][0]["name"] == "churn"
+               for e in trace if e["action"] in ("alloc", "free_requested"))
+    assert len(snapshots) == 20

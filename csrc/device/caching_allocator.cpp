@@ -645,10 +645,13 @@ MemorySnapshot DeviceCachingAllocator::snapshot() {
     total_active += info.active_size;
   }
   std::sort(snapshot.segments.begin(), snapshot.segments.end(),
-            [](const SnapshotSegment& a, const SnapshotSegment& b) { return a.address < b.address; });
+            [](const SnapshotSegment& a, const SnapshotSegment& b) {
+              return a.address < b.address;
+            });
   // As CUDA: the trace marks where the snapshot was taken.
   const int bound = detail::bound_device.load(std::memory_order_acquire);
-  const c10::DeviceIndex device = bound >= 0 ? static_cast<c10::DeviceIndex>(bound) : currentDevice();
+  const c10::DeviceIndex device =
+      bound >= 0 ? static_cast<c10::DeviceIndex>(bound) : currentDevice();
   history_.recordLocked(HistoryAction::SNAPSHOT, device, 0, total_active, 0, {0, 0}, nullptr);
   snapshot.trace = history_.entriesLocked();
   return snapshot;
