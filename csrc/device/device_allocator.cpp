@@ -118,6 +118,14 @@ void releaseGraphPool(std::pair<uint64_t, uint64_t> id) {
   theBlockPools().releasePool(id);
 }
 
+void recordMemoryHistory(const HistorySettings& settings) {
+  theBlockPools().recordHistory(settings);
+}
+
+MemorySnapshot memorySnapshot() {
+  return theBlockPools().snapshot();
+}
+
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
   if (data_ptr.get_deleter() != &freeDeviceBlock) {
     return;

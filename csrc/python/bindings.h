@@ -42,6 +42,7 @@ void bindStreams(py::module_& m);           // stream_bindings.cpp (host-compute
 void bindEvents(py::module_& m);            // event_bindings.cpp
 void bindGenerators(py::module_& m);        // generator_bindings.cpp
 void bindHostMemory(py::module_& m);        // memory_bindings.cpp
+void bindMemoryHistory(py::module_& m);     // memory_history_bindings.cpp
 void bindCompiledKernels(py::module_& m);   // compiled_kernel_bindings.cpp
 void bindCollectives(py::module_& m);      // collective_bindings.cpp (gloo, no Python objects)
 void bindSanitizer(py::module_& m);        // sanitizer_bindings.cpp
