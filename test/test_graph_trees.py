@@ -322,15 +322,27 @@ def test_training_steps_equal_the_default_mode(make, shape, recwarn):
     assert [int(r[-1]) for r in graphed] == [1, 2, 3]
 
 
-def test_first_step_gradients_respect_donated_buffers():
-    """The backward reuses saved activations' memory (donated buffers): its first call must
-    run once, on the saved activations as the forward left them."""
-    from torch._functorch import config as functorch_config
+def test_first_step_gradients_respect_donated_buffers(monkeypatch):
+    """The backward reuses saved activations' memory (donated buffers): each of its calls
+    (warm-up, capture and first replay, replay) must run it once, on the saved activations as
+    the forward left them."""
+    from torch._functorch._aot_autograd import graph_compile
+    from torch._inductor.utils import fresh_cache
 
-    assert functorch_config.donated_buffer
-    default = train(mlp_bn, (4, 8), "default", steps=1)
-    graphed = train(mlp_bn, (4, 8), "reduce-overhead", steps=1)
-    assert all(torch.equal(p, q) for p, q in zip(default[0], graphed[0]))
+    donated = []
+    collect = graph_compile.collect_bw_donated_buffer_idxs
+
+    def recording_collect(*args, **kwargs):
+        donated.append(collect(*args, **kwargs))
+        return donated[-1]
+
+    monkeypatch.setattr(graph_compile, "collect_bw_donated_buffer_idxs", recording_collect)
+    with fresh_cache():  # compiled, not loaded from a cache
+        default = train(mlp_bn, (4, 8), "default")
+        graphed = train(mlp_bn, (4, 8), "reduce-overhead")  # warm-up, capture + replay, replay
+    assert len(donated) == 2 and all(donated)  # the backward does have donated buffers
+    for a, b in zip(default, graphed):
+        assert all(torch.equal(p, q) for p, q in zip(a, b))
 
 
 def test_two_forwards_before_one_backward_record_another_graph():
