@@ -161,6 +161,7 @@ class _Recording:
     other inputs are copied into, and the memory its outputs live in."""
 
     def __init__(self, model, inputs, static):
+        from torch._dynamo.utils import preserve_rng_state
         from torch._inductor.compile_fx import get_expanded_dims, static_input
 
         self.static_ptrs = [(i, inputs[i].data_ptr()) for i in static]
@@ -184,8 +185,6 @@ class _Recording:
         side = torch.spyre.Stream()
         side.wait_stream(current)
         self.graph = torch.accelerator.Graph(capture_error_mode="thread_local")
-        from torch._dynamo.utils import preserve_rng_state
-
         try:
             with preserve_rng_state(), side, self.graph:
                 outputs = model(list(capture_inputs))
@@ -196,8 +195,9 @@ class _Recording:
         self._describe_outputs(list(outputs), capture_inputs)
 
     def _describe_outputs(self, outputs, capture_inputs):
-        """How each call rebuilds the outputs: a value as is, a tensor aliasing a static input
-        over the caller's input, any other tensor over the graph's memory."""
+        """How each call rebuilds the outputs: a value as is, a tensor aliasing an input over
+        the caller's input (a graph writes no input but static ones: a function that does runs
+        without a graph), any other tensor over the graph's memory."""
         input_storages = {x.untyped_storage().data_ptr(): i for i, x in enumerate(capture_inputs)
                           if isinstance(x, torch.Tensor)}
         owned = {}
