@@ -245,6 +245,22 @@ def test_held_outputs_are_never_overwritten():
     assert outs == [(0.0, 1), (2.0, 1), (4.0, 1), (6.0, 1)]
 
 
+def test_a_loop_keeping_its_last_output_alternates_between_two_graphs(skips):
+    from torch._inductor import config
+
+    f = torch.compile(lambda x: x + 1, mode="reduce-overhead")
+    seen = []
+    y = None
+    with config.patch({"triton.cudagraph_unexpected_rerecord_limit": 1}):
+        for i in range(8):
+            # `y` still holds the previous call's output during the call.
+            y, launches = graph_launches(lambda: f(spyre([float(i)])))
+            seen.append((y.item(), launches))
+    assert seen == [(1.0, 0), (2.0, 1), (3.0, 1), (4.0, 1), (5.0, 1), (6.0, 1), (7.0, 1),
+                    (8.0, 1)]
+    assert skips == []  # one graph re-recorded, within the limit
+
+
 def test_re_recording_is_bounded_by_inductors_limit(skips):
     from torch._inductor import config
 
