@@ -492,3 +492,20 @@ def test_static_cache_decode_equals_eager_and_the_default_mode(skips):
     assert all(torch.equal(a, b) for a, b in zip(results["reduce-overhead"][1],
                                                  results["default"][1]))
     assert results["eager"][0].shape == (1, 12)
+
+
+def test_a_graph_with_a_cpu_tensor_runs_without_a_graph_and_says_why(skips):
+    from torch._dynamo.utils import counters
+
+    @torch.compile(mode="reduce-overhead")
+    def times(x, t):
+        return x * t
+
+    x = spyre([1.0, 2.0])
+    outs = [times(x, torch.tensor(v)).tolist() for v in (2.0, 3.0, 4.0)]
+    out, launches = graph_launches(lambda: times(x, torch.tensor(5.0)).tolist())
+    assert outs == [[2.0, 4.0], [3.0, 6.0], [4.0, 8.0]] and (out, launches) == ([5.0, 10.0], 0)
+    assert counters["inductor"]["cudagraph_skips"] == 1
+    assert len(skips) == 1
+    assert skips[0].startswith("skipping cudagraphs due to cpu device (arg1_1). Found from : \n")
+    assert ", in times\n" in skips[0]  # the line, as compiled (inductor's cache keeps it)

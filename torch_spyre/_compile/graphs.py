@@ -290,7 +290,8 @@ def _log_skip(output_code):
     reason = getattr(output_code, "disabled_cudagraphs_reason", None)
     if info is None:
         if reason:  # found at lowering: inductor counted it already
-            cudagraphs_log.warning("skipping cudagraphs due to %s", reason)
+            prefix = "skipping cudagraphs due to "
+            cudagraphs_log.warning("%s", reason if reason.startswith(prefix) else prefix + reason)
     elif info.cudagraph_fail_reasons:
         log_cudagraph_skip_and_bump_counter(
             reason or f"skipping cudagraphs due to {info.cudagraph_fail_reasons}")
@@ -340,6 +341,14 @@ def install(cudagraph_utils):
         devices = {d for d in device_node_mapping if d.type != "meta"}
         if len(devices) == 1 and next(iter(devices)).type == "spyre":
             return None
+        cpu_node = device_node_mapping.get(torch.device("cpu"))
+        if cpu_node is not None and any(d.type == "spyre" for d in devices):
+            # Inductor's check ignores CPU nodes under graph partitions, which a policy
+            # bypasses: name the CPU node as it does without partitions.
+            message = cudagraph_utils.format_default_skip_message(f"cpu device ({cpu_node.name})")
+            if stack_trace := cudagraph_utils._get_use_stack_trace(cpu_node):
+                message = f"{message}. Found from : \n {stack_trace}"
+            return message
         return check_devices(device_node_mapping)
 
     cudagraph_utils.check_multiple_devices_or_any_cpu_nodes = check_multiple_devices_or_any_cpu_nodes
