@@ -1,7 +1,8 @@
 """torch.compile(mode="reduce-overhead") on spyre behaves as inductor's CUDA graph trees
 (torch_spyre/_compile/graphs.py, docs/graphs.md "reduce-overhead"): a graph per int key, the
 function run once per call, static inputs written in place, other mutated inputs run without a
-graph, held outputs never overwritten. Every result equals mode="default" bit for bit."""
+graph, held outputs never overwritten. Every result equals mode="default" bit for bit.
+The models (a GPT-2 shaped one, training steps, a static-cache decode) are in the slow tier."""
 
 import gc
 import importlib.util
@@ -146,6 +147,7 @@ class TinyGPT(torch.nn.Module):
         return self.ln_f(h) @ self.wte.weight.t()
 
 
+@pytest.mark.slow
 def test_tiny_gpt_at_several_lengths_equals_the_default_mode():
     torch.manual_seed(0)
     model = TinyGPT().to("spyre").eval()
@@ -328,6 +330,7 @@ def train(make, shape, mode, steps=3):
     return record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, shape", [(conv_bn, (2, 3, 6, 6)), (mlp_bn, (4, 8))],
                          ids=["conv_bn", "mlp_bn"])
 def test_training_steps_equal_the_default_mode(make, shape, recwarn):
@@ -338,6 +341,7 @@ def test_training_steps_equal_the_default_mode(make, shape, recwarn):
     assert [int(r[-1]) for r in graphed] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_first_step_gradients_respect_donated_buffers(monkeypatch):
     """The backward reuses saved activations' memory (donated buffers): each of its calls
     (warm-up, capture and first replay, replay) must run it once, on the saved activations as
@@ -382,6 +386,7 @@ def test_two_forwards_before_one_backward_record_another_graph():
     assert [n for _, n in results["reduce-overhead"]] == [1, 2, 2, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
                     reason="transformers is not installed")
 def test_static_cache_generate_equals_eager():
@@ -471,6 +476,7 @@ def greedy_decode(model, prompt, new_tokens):
     return ids.cpu(), logits_seen
 
 
+@pytest.mark.slow
 def test_static_cache_decode_equals_eager_and_the_default_mode(skips):
     torch.manual_seed(0)
     model = StaticCacheDecoder().to("spyre").eval()
