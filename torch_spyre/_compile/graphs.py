@@ -345,7 +345,8 @@ def install(cudagraph_utils):
         if cpu_node is not None and any(d.type == "spyre" for d in devices):
             # Inductor's check ignores CPU nodes under graph partitions, which a policy
             # bypasses: name the CPU node as it does without partitions.
-            message = cudagraph_utils.format_default_skip_message(f"cpu device ({cpu_node.name})")
+            message = cudagraph_utils.format_default_skip_message(
+                f"cpu device ({cpu_node.name})")
             if stack_trace := cudagraph_utils._get_use_stack_trace(cpu_node):
                 message = f"{message}. Found from : \n {stack_trace}"
             return message
