@@ -117,6 +117,7 @@ def main(argv=None):
         + graphs.rows(args.quick, repeats, selected)
         + profiling.rows(args.quick, repeats, selected)
         + first_result.rows(args.quick, repeats, selected)
+        + first_result.new_shapes_rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]
     print_table(rows, args.markdown)

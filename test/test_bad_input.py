@@ -57,7 +57,7 @@ API_ROWS = [
      "Invalid device index 128: out of range for 8 visible Spyre device(s) "
      "(expected an index in [0, 8))"),
     ("torch-stream-index-negative", "torch.Stream(0, -2, T)", "ValueError",
-     "Invalid device index -2: expected -1 (current device) or an index in [0, 126]"),
+     "Invalid device index -2: expected -1 (the current device) or an index in [0, 8)"),
     ("torch-stream-index-huge", "torch.Stream(0, 2**70, T)", "RuntimeError",
      "Invalid device index 1180591620717411303424: out of range for 8 visible"),
     ("torch-stream-subclass-300", "type('S', (torch.Stream,), {})(0, 300, T)", "RuntimeError",

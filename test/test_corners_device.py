@@ -1,5 +1,5 @@
-"""Issue 31, items 9-11 and 18: device indices (negative = the current device,
-as torch.cuda; one message for an index that names no device; strings checked
+"""Issue 31, items 9-11 and 18: device indices (-1 = the current device and -2 and
+below refused, as torch.cuda; one message for an index that names no device; strings checked
 before they narrow to int8) and upstream's downcast-warning setting."""
 
 import pytest
@@ -19,10 +19,9 @@ def out_of_range(index, count=8):
 # ---------------------------------------------------------------- item 10
 
 
-def test_a_negative_device_int_is_the_current_device_as_on_cuda():
+def test_minus_one_is_the_current_device_as_on_cuda():
     current = torch.spyre.current_stream()
     assert torch.spyre.current_stream(-1) == current
-    assert torch.spyre.current_stream(-7) == current
     assert torch.spyre.default_stream(-1) == torch.spyre.default_stream()
     torch.spyre.synchronize(-1)
     x = torch.ones(256, device="spyre")
@@ -32,8 +31,51 @@ def test_a_negative_device_int_is_the_current_device_as_on_cuda():
     s = torch.spyre.Stream(device=-1)
     assert (s.device_index, s.device.type) == (0, "spyre")
     assert torch.spyre.host_compute_stream(-1).stream_id >= C._first_host_compute_stream_id
-    assert C._current_stream(-1) == C._current_stream(-3)
+    assert C._current_stream(-1) == C._current_stream(0)
     del x
+
+
+def below_minus_one(index, count=8):
+    return rf"^Invalid device index {index}: expected -1 \(the current device\) or an index in \[0, {count}\)$"
+
+
+# torch.cuda treats only -1 as the current device; -2 and below name no device and raise.
+@pytest.mark.parametrize("call, index", [
+    (lambda: torch.spyre.current_stream(-2), -2),
+    (lambda: torch.spyre.default_stream(-3), -3),
+    (lambda: torch.spyre.host_compute_stream(-2), -2),
+    (lambda: torch.spyre.Stream(device=-2), -2),
+    (lambda: torch.spyre.synchronize(-2), -2),
+    (lambda: torch.spyre.memory_allocated(-5), -5),
+    (lambda: torch.spyre.max_memory_allocated(-2), -2),
+    (lambda: torch.spyre.memory_reserved(-2), -2),
+    (lambda: torch.spyre.memory_stats(-2), -2),
+    (lambda: torch.spyre.reset_peak_memory_stats(-2), -2),
+    (lambda: torch.spyre.mem_get_info(-2), -2),
+    (lambda: torch.spyre.memory_summary(-2), -2),
+    (lambda: torch.spyre.get_device_properties(-2), -2),
+    (lambda: torch.spyre.get_device_capability(-2), -2),
+    (lambda: torch.spyre.get_rng_state(-2), -2),
+    (lambda: torch.spyre.synchronize(-(2**70)), -(2**70)),
+    (lambda: torch.Stream(0, -2, C._device_type), -2),
+    (lambda: C._current_stream(-3), -3),
+    (lambda: C._check_device_index(-128), -128),
+], ids=["current_stream", "default_stream", "host_compute_stream", "Stream", "synchronize",
+        "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
+        "reset_peak_memory_stats", "mem_get_info", "memory_summary", "get_device_properties",
+        "get_device_capability", "get_rng_state", "synchronize-huge", "torch.Stream",
+        "_C._current_stream", "_C._check_device_index"])
+def test_an_index_below_minus_one_is_refused_naming_it(call, index):
+    with pytest.raises(ValueError, match=below_minus_one(index)):
+        call()
+
+
+def test_a_device_context_of_any_negative_index_changes_nothing_as_on_cuda():
+    # torch.cuda.device(-2) is a no-op too (torch.cuda._exchange_device ignores negatives)
+    before = torch.spyre.current_device()
+    with torch.spyre.device(-2):
+        assert torch.spyre.current_device() == before
+    assert torch.spyre.current_device() == before
 
 
 def test_set_device_still_refuses_a_negative_index():

@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from _helpers import WAIT_UNTIL
 from conftest import run_python
 
 BAD_HOST_COMPUTE = (
@@ -102,8 +103,8 @@ def test_the_legacy_profiler_hook_waits_without_consuming_a_stream_failure(tmp_p
         }
         """, *includes, f"-I{sysconfig.get_paths()['include']}", f"-L{torch_lib}", "-ltorch_cpu",
         "-lc10", f"-Wl,-rpath,{torch_lib}")
-    proc = run_python(f"""
-        import ctypes, time, torch
+    proc = run_python(WAIT_UNTIL + textwrap.dedent(f"""
+        import ctypes, torch
         from torch_spyre.errors import SpyreStreamError
         from torch_spyre.testing import Gate, inject_fault
         stubs_synchronize = ctypes.CDLL({str(lib)!r}).stubs_synchronize
@@ -112,18 +113,15 @@ def test_the_legacy_profiler_hook_waits_without_consuming_a_stream_failure(tmp_p
         s = torch.spyre.current_stream()
         inject_fault(s, "fault 5")
         y = x * 2
-        deadline = time.monotonic() + 60
-        while torch.spyre.stream_get_error(s) == SpyreStreamError.Success:
-            assert time.monotonic() < deadline, "the fault never latched"
+        wait_until(lambda: torch.spyre.stream_get_error(s) != SpyreStreamError.Success,
+                   what="the fault to latch")
         stubs_synchronize()  # the stream failed before: left pending
         # A stream that fails during the wait: its failure is not taken either.
         t = torch.spyre.Stream()
         gate = Gate()
         gate.block(t)
         # The fault is for the next operation t runs: the gate must be running first.
-        deadline = time.monotonic() + 60
-        while gate.blocked_streams != 1:
-            assert time.monotonic() < deadline, "the gate never held t"
+        wait_until(lambda: gate.blocked_streams == 1, what="the gate to hold t")
         inject_fault(t, "fault 6")
         with torch.spyre.stream(t):
             z = x * 3
@@ -135,7 +133,7 @@ def test_the_legacy_profiler_hook_waits_without_consuming_a_stream_failure(tmp_p
                 print("no error")
             except RuntimeError as e:
                 print("raised:", e)
-    """)
+    """))
     assert proc.stdout.splitlines() == ["raised: fault 5", "raised: fault 6"]
 
 

@@ -11,6 +11,7 @@
 
 import pytest
 
+from _helpers import WAIT_UNTIL
 from conftest import run_python
 from test_distributed import PRELUDE, rank_results, torchrun
 
@@ -109,8 +110,8 @@ def test_a_failed_futures_error_is_seen_by_cpp_waiters():
 # on it, backward() run while a second thread releases the gate once DDP has
 # called the all_reduce. The fault drops the backward's kernels, so the
 # collective fails ("its inputs were never read") and backward() must raise.
-DDP_FAULT = """
-import threading, time
+DDP_FAULT = WAIT_UNTIL + """
+import threading
 import torch, torch_spyre
 import torch.distributed as dist
 from torch import nn
@@ -133,9 +134,8 @@ model = DDP(nn.Linear(4, 2).to("spyre"))
 loss = model(torch.ones(3, 4, device="spyre")).sum()
 gate = Gate()
 gate.block()
-deadline = time.monotonic() + 60
-while gate.blocked_streams < 1 and time.monotonic() < deadline:
-    time.sleep(0.001)  # until the gate runs: the fault then hits the next op (backward's first)
+# until the gate runs: the fault then hits the next op (backward's first)
+wait_until(lambda: gate.blocked_streams >= 1, what="the gate to run")
 print("gated", gate.blocked_streams, flush=True)
 inject_fault(torch.spyre.current_stream(), "injected: the card failed")
 

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from conftest import DEVICE_ENV
-from _helpers import NPROC, PRELUDE, rank_results, torchrun
+from _helpers import NPROC, PRELUDE, WAIT_UNTIL, rank_results, torchrun
 
 pytestmark = pytest.mark.slow  # torchrun jobs
 
@@ -72,10 +72,10 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
     torchrun(
         tmp_path,
         PRELUDE
+        + WAIT_UNTIL
         + f"NUMEL = {numel}\n"
         + textwrap.dedent(
             """
-        import time
         from torch_spyre.testing import Gate, inject_fault
         dist.init_process_group()
         r = dist.get_rank()
@@ -84,8 +84,8 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
             t = torch.full((NUMEL,), r + 1.0, device="spyre")
             with Gate() as gate:
                 gate.block(s)  # holds the fault and the staging copies until both are queued
-                while gate.blocked_streams < 1:  # the gate runs: the fault hits the next op
-                    time.sleep(0.001)
+                # the gate runs: the fault hits the next op
+                wait_until(lambda: gate.blocked_streams >= 1, what="the gate to run")
                 if r == 0:
                     inject_fault(s, "injected: the card failed")
                     t.fill_(5.0)  # fails when the gate opens

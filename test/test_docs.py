@@ -1,4 +1,5 @@
-"""Issue 17: the README's snippets do what they say; docs/support.md links real tests."""
+"""Issue 17: the README's snippets do what they say; docs/support.md links real tests; errors
+the docs quote are the ones the code raises."""
 
 import re
 from pathlib import Path
@@ -63,3 +64,16 @@ def test_development_layers_name_every_csrc_file():
     missing = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "csrc").rglob("*"))
                if path.is_file() and not re.search(rf"\b{re.escape(path.name.split('.')[0])}\b", layers)]
     assert missing == []
+
+
+def test_the_rank_past_the_visible_devices_error_is_quoted_as_raised():
+    proc = run_python("import torch; torch.ones(1, device='spyre')", check=False,
+                      env={"SPYRE_DEVICES": "0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
+    raised = proc.stderr.strip().splitlines()[-1]
+    assert raised == ("RuntimeError: Invalid device index 1: out of range for 1 visible Spyre "
+                      "device(s) (expected an index in [0, 1))")
+    distributed = (ROOT / "docs" / "distributed.md").read_text()
+    (quoted,) = re.findall(r"fails with:\n\n  ```\n  (.*)\n  ```", distributed)
+    assert quoted == raised
+    for name in ("distributed.md", "streams.md"):
+        assert "logical_device_id" not in (ROOT / "docs" / name).read_text(), name

@@ -10,10 +10,12 @@ shared round robin), so every fault runs in a fresh interpreter.
 """
 
 import enum
+import textwrap
 
 import pytest
 import torch
 
+from _helpers import WAIT_UNTIL
 from conftest import run_python
 
 
@@ -55,7 +57,7 @@ def test_healthy_streams_report_success():
 
 def test_fault_surfaces_once_from_each_observer_and_latches():
     proc = run_python(
-        """
+        WAIT_UNTIL + textwrap.dedent("""
         import threading, torch
         from torch_spyre.testing import Gate, inject_fault
         State, Err = torch.spyre.SpyreDeviceState, torch.spyre.SpyreStreamError
@@ -99,12 +101,15 @@ def test_fault_surfaces_once_from_each_observer_and_latches():
         with q:
             torch.spyre._sleep(1)
         seen = []
-        while True:
+
+        def idle():
             try:
-                if q.query():
-                    break
+                return q.query()
             except RuntimeError as e:
                 seen.append(str(e))
+                return False
+
+        wait_until(idle, what="q to report its fault and go idle")
         print(seen)
 
         # The next blocking copy on the stream.
@@ -133,15 +138,15 @@ def test_fault_surfaces_once_from_each_observer_and_latches():
             waiter.wait_event(event)
             with waiter:
                 z = torch.full((3,), 5.0, device="spyre")
-            while gate.blocked_streams < 1:       # the fault must hit the record
-                pass
+            # the fault must hit the record
+            wait_until(lambda: gate.blocked_streams >= 1, what="the gate to run")
             inject_fault(e_stream, "record fault")
         with waiter:
             z_host = z.cpu().tolist()                      # read where z was written
         print(z_host, raised(e_stream.synchronize), event.query())
 
         print([torch.spyre.stream_get_error(t).name for t in (s, q, c, d, e_stream, other, waiter)])
-        """
+        """)
     )
     assert proc.stdout.splitlines() == [
         "card 3: ECC error at 0x1000",
@@ -163,7 +168,7 @@ def test_concurrent_faults_on_many_streams():
     # 8 threads fault 8 streams at once: each sees exactly its own message,
     # once; 8 healthy streams used meanwhile keep exact values.
     proc = run_python(
-        """
+        WAIT_UNTIL + textwrap.dedent("""
         import threading, torch
         from torch_spyre.testing import Gate, inject_fault
         faulty = [torch.spyre.Stream() for _ in range(8)]
@@ -176,8 +181,8 @@ def test_concurrent_faults_on_many_streams():
             barrier.wait()
             with Gate() as gate:
                 gate.block(faulty[i])
-                while gate.blocked_streams < 1:   # else the fault hits the gate itself
-                    pass
+                # else the fault hits the gate itself
+                wait_until(lambda: gate.blocked_streams >= 1, what="the gate to run")
                 inject_fault(faulty[i], f"fault {i}")
                 with faulty[i]:
                     torch.spyre._sleep(1)
@@ -196,7 +201,7 @@ def test_concurrent_faults_on_many_streams():
         for row in out:
             print(row)
         print(torch.spyre.get_device_state().name)
-        """
+        """)
     )
     assert proc.stdout.splitlines() == [
         str(([f"fault {i}"], True, "Shutdown")) for i in range(8)

@@ -98,13 +98,12 @@ print(f"queued={queued} wall_ms={wall * 1e3:.3f} cpu_ms={cpu * 1e3:.3f}")
 
 def test_first_op_behind_a_gate_returns_at_once():
     # Three fresh processes. The calling thread's CPU time is what the call
-    # costs whatever the machine's load: under 50 ms in every one (8-9 ms
+    # costs whatever the machine's load: under 50 ms in every one (2-3 ms
     # measured; importing the compiler stack cost 1000+ ms of it). Wall time
-    # adds waiting for cores: the call's scratch run of each kernel wakes this
-    # thread's OpenMP team, which on this shared 2-core machine (load 15-25)
-    # took 55-75 ms (2 ms with OMP_NUM_THREADS=1; CPU's own relu(x @ w) + 1
-    # took 20-24 ms a call there). The wall bound is the load allowance: the
-    # best of three under 250 ms, against 1.6-4.7 s before.
+    # adds waiting for cores; the scratch run of each kernel is single-threaded,
+    # so it wakes no OpenMP team (which cost 55-75 ms of waiting at load 5).
+    # The wall bound here is the inner tier's load allowance: the best of
+    # three under 250 ms (the slow tier's test below holds 50 ms in 3 of 3).
     walls = []
     for _ in range(3):
         out = run_python(FIRST_QUEUED, fresh=True).stdout.split()
@@ -113,6 +112,37 @@ def test_first_op_behind_a_gate_returns_at_once():
         assert float(fields["cpu_ms"]) < 50, out
         walls.append(float(fields["wall_ms"]))
     assert min(walls) < 250, walls
+
+
+# The same first call queued behind 400 ms of device work on its own stream.
+FIRST_BEHIND_BUSY = """
+import time
+import torch
+
+x = torch.randn(64, 64, device="spyre")
+w = torch.randn(64, 64, device="spyre")
+torch.spyre.synchronize()
+torch.randn(64, 64) @ torch.randn(64, 64)  # this thread's OpenMP team, started
+torch.spyre._sleep(400)
+wall, cpu = time.perf_counter(), time.thread_time()
+z = torch.relu(x @ w) + 1
+wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+busy = not torch.spyre.current_stream().query()
+assert torch.equal(z.cpu(), torch.relu(x.cpu() @ w.cpu()) + 1)
+print(f"busy={busy} wall_ms={wall * 1e3:.3f} cpu_ms={cpu * 1e3:.3f}")
+"""
+
+
+@pytest.mark.slow
+def test_first_op_behind_a_busy_stream_returns_within_50_ms():
+    # The first call's extra work (meta inference, one single-threaded scratch
+    # run per kernel) does not depend on other work: 2-6 ms wall measured at
+    # load 5, where the multi-threaded scratch run took 55-76 ms.
+    for _ in range(3):
+        out = run_python(FIRST_BEHIND_BUSY, fresh=True).stdout.split()
+        fields = dict(field.split("=") for field in out)
+        assert fields["busy"] == "True", out
+        assert float(fields["wall_ms"]) < 50, out
 
 
 @pytest.mark.parametrize(

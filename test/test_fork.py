@@ -11,6 +11,7 @@ counted; no sleep is used to synchronize.
 
 import pytest
 
+from _helpers import WAIT_UNTIL
 from conftest import run_python
 
 FORKS_UNDER_CHURN = """
@@ -43,8 +44,7 @@ for t in threads:
     t.start()
 
 # Fork only once both threads run their loop.
-while min(rounds) == 0:
-    pass
+wait_until(lambda: min(rounds) > 0, what="both churn threads to run")
 
 hung = []
 for i in range(FORKS):
@@ -74,7 +74,7 @@ print(len(hung), hung[:10])
 
 
 def _forks_under_churn(forks, timeout):
-    proc = run_python(FORKS_UNDER_CHURN.format(forks=forks), timeout=timeout)
+    proc = run_python(WAIT_UNTIL + FORKS_UNDER_CHURN.format(forks=forks), timeout=timeout)
     assert proc.stdout == "0 []\n", proc.stdout
 
 
@@ -108,8 +108,7 @@ def draw(slot):
 threads = [threading.Thread(target=draw, args=(i,)) for i in range(2)]
 for t in threads:
     t.start()
-while min(rounds) == 0:
-    pass
+wait_until(lambda: min(rounds) > 0, what="both drawing threads to run")
 
 hung = []
 for i in range({forks}):
@@ -141,7 +140,7 @@ print(len(hung), hung[:10])
 @pytest.mark.parametrize("forks", [10, pytest.param(100, marks=pytest.mark.slow)])  # 100: stress
 def test_forked_children_seed_while_parent_threads_draw(forks):
     # Parent threads hold the default generator's lock while they draw.
-    proc = run_python(SEEDING_UNDER_DRAWS.format(forks=forks), timeout=600)
+    proc = run_python(WAIT_UNTIL + SEEDING_UNDER_DRAWS.format(forks=forks), timeout=600)
     assert proc.stdout == "0 []\n", proc.stdout
 
 

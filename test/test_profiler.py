@@ -7,13 +7,14 @@ profile_memory. Overlap across streams is forced with gates, never by timing.
 
 import json
 import re
+import textwrap
 
 import pytest
 import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-from _helpers import wait_until
+from _helpers import WAIT_UNTIL, wait_until
 from conftest import run_python
 from torch_spyre.testing import Gate
 
@@ -290,7 +291,7 @@ def test_a_fault_during_a_profile_is_reported_and_the_trace_written(tmp_path):
 
 
 def test_a_fault_first_seen_at_the_profile_exit_stays_pending(tmp_path):
-    proc = run_python(f"""
+    proc = run_python(WAIT_UNTIL + textwrap.dedent(f"""
         import os, warnings, torch
         from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
         from torch_spyre.errors import SpyreStreamError
@@ -305,15 +306,15 @@ def test_a_fault_first_seen_at_the_profile_exit_stays_pending(tmp_path):
                 s = torch.spyre.current_stream()
                 inject_fault(s, "fault 11")
                 y = x * 2  # nothing in the block synchronizes
-                while torch.spyre.errors.stream_get_error(s) == SUCCESS:  # latched, not consumed
-                    pass
+                # latched, not consumed
+                wait_until(lambda: torch.spyre.errors.stream_get_error(s) != SUCCESS, what="the fault")
         print(len(os.listdir({str(tmp_path)!r})), torch.autograd.profiler._is_profiler_enabled)
         print([str(w.message).split(";")[0] for w in caught if w.category is RuntimeWarning])
         try:
             torch.spyre.synchronize()
         except RuntimeError as e:
             print("raised:", e)
-    """)
+    """))
     assert proc.stdout.splitlines() == [
         "1 False",
         "['spyre: a stream is in the error state at the end of the profile (it failed during or before it)']",
@@ -365,3 +366,59 @@ def test_host_compute_and_default_streams_have_named_lanes(tmp_path):
     lanes = lane_names(load_trace(prof, tmp_path))
     assert lanes[hc.stream_id] == f"spyre:0 stream {hc.stream_id} (host compute)"
     assert lanes[0] == "spyre:0 stream 0 (default)"
+
+
+# ---------------------------------------------------------------- activity filters
+
+
+def _categories(trace):
+    cats = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") not in ("Trace", "cpu_op"):
+            cats[e["cat"]] = cats.get(e["cat"], 0) + 1
+    return cats
+
+
+def _filtered_profile(tmp_path, activities, name):
+    warm_up()
+    x = torch.ones(1024, device="spyre")
+    torch.spyre.synchronize()
+    with record_function("region"), profile(activities=activities) as prof:
+        with record_function("inner"):
+            y = (x * 2).cpu()  # one kernel, one D2H
+        torch.zeros(8, device="spyre")  # one fill
+        torch.spyre.synchronize()
+    assert y[0].item() == 2.0
+    return _categories(load_trace(prof, tmp_path, name))
+
+
+@pytest.mark.parametrize(
+    "kinds, expected",
+    [
+        (["CONCURRENT_KERNEL"], {"kernel": 1}),
+        (["GPU_MEMCPY"], {"gpu_memcpy": 1}),
+        (["GPU_MEMSET", "CONCURRENT_KERNEL"], {"gpu_memset": 1, "kernel": 1}),
+        (["PRIVATEUSE1_RUNTIME"], {"privateuse1_runtime": 3}),
+        ([], {}),
+    ],
+    ids=["kernels", "copies", "fills_and_kernels", "runtime_only", "nothing"],
+)
+def test_activity_filter_records_exactly_the_requested_kinds(tmp_path, kinds, expected):
+    cats = _filtered_profile(tmp_path, [{ProfilerActivity.PrivateUse1: kinds}], "filtered.json")
+    assert cats == expected
+
+
+def test_unfiltered_private_use1_records_every_kind(tmp_path):
+    cats = _filtered_profile(tmp_path, [ProfilerActivity.PrivateUse1], "device.json")
+    assert cats == {"kernel": 1, "gpu_memcpy": 1, "gpu_memset": 1, "privateuse1_runtime": 3}
+    # record_function ranges exist only with CPU activities: then their device spans too
+    cats = _filtered_profile(tmp_path, ACTIVITIES, "all.json")
+    assert cats == {"kernel": 1, "gpu_memcpy": 1, "gpu_memset": 1, "privateuse1_runtime": 3,
+                    "gpu_user_annotation": 1, "user_annotation": 1}
+
+
+def test_activity_filter_with_cpu_activities(tmp_path):
+    # torch's CPU group brings the runtime (launch) activities, as it does CUDA's
+    activities = [ProfilerActivity.CPU, {ProfilerActivity.PrivateUse1: ["GPU_USER_ANNOTATION"]}]
+    cats = _filtered_profile(tmp_path, activities, "annotations.json")
+    assert cats == {"gpu_user_annotation": 1, "user_annotation": 1, "privateuse1_runtime": 3}

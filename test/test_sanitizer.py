@@ -86,6 +86,16 @@ def test_unknown_mode_is_refused():
     assert sanitizer.is_enabled() is False
 
 
+@pytest.mark.parametrize("mode, shown", [(["raise"], "['raise'] of type list"), (1, "1 of type int"),
+                                         (None, "None of type NoneType")])
+def test_a_mode_that_is_not_a_str_is_refused_by_name(mode, shown):
+    expected = "sanitizer.enable: mode must be a str, one of ['raise', 'warn'], got " + shown
+    with pytest.raises(TypeError) as info:
+        sanitizer.enable(mode=mode)
+    assert str(info.value) == expected
+    assert sanitizer.is_enabled() is False
+
+
 def test_read_after_write_on_another_stream(on):
     x = ready()
     s = torch.spyre.Stream()
@@ -468,15 +478,40 @@ def test_the_hazard_tracker_orders_racing_launches_instead_of_reporting():
     assert proc.stderr == ""
 
 
-def test_the_hazard_tracker_switch_is_checked():
-    proc = run_python("import torch", env={"SPYRE_HAZARD_TRACKER": "true", "TORCH_SPYRE_SANITIZER": ""},
-                      check=False)
-    assert "ValueError: SPYRE_HAZARD_TRACKER must be 0 or 1, got 'true'" in proc.stderr
-    proc = run_python("import torch", env={"SPYRE_HAZARD_TRACKER": "1", "TORCH_SPYRE_SANITIZER": "1"},
+@pytest.mark.parametrize("value, on", [
+    ("1", True), ("true", True), ("True", True), ("TRUE", True), ("t", True), ("T", True),
+    ("yes", True), ("YES", True), ("y", True), ("Y", True), (" 1 ", True),
+    ("", False), ("0", False), ("false", False), ("False", False), ("f", False), ("no", False),
+    ("NO", False), ("n", False), ("N", False),
+])
+def test_the_hazard_tracker_switch_takes_upstreams_values(monkeypatch, recwarn, value, on):
+    monkeypatch.setenv("SPYRE_HAZARD_TRACKER", value)
+    assert sanitizer._hazard_tracker_from_environment() is on
+    assert len(recwarn) == 0
+
+
+@pytest.mark.parametrize("value", ["2", "on", "enable", "yess", "-1"])
+def test_another_hazard_tracker_value_warns_and_leaves_it_off(monkeypatch, value):
+    monkeypatch.setenv("SPYRE_HAZARD_TRACKER", value)
+    expected = (f"SPYRE_HAZARD_TRACKER={value!r} is not one of 1/true/t/yes/y (on) or "
+                "0/false/f/no/n (off), in any case; the hazard tracker stays off")
+    with pytest.warns(RuntimeWarning) as warned:
+        assert sanitizer._hazard_tracker_from_environment() is False
+    assert [str(w.message) for w in warned] == [expected]
+
+
+def test_the_hazard_tracker_switch_at_import():
+    mode = "import torch; print(torch.spyre._C._sanitizer_mode())"
+    proc = run_python(mode, env={"SPYRE_HAZARD_TRACKER": "true", "TORCH_SPYRE_SANITIZER": ""})
+    assert (proc.stdout, proc.stderr) == ("3\n", "")  # on (it broke `import torch` before)
+    proc = run_python(mode, env={"SPYRE_HAZARD_TRACKER": "maybe", "TORCH_SPYRE_SANITIZER": ""})
+    assert proc.stdout == "0\n"  # off, with a warning; torch imports
+    assert ("RuntimeWarning: SPYRE_HAZARD_TRACKER='maybe' is not one of 1/true/t/yes/y (on) or "
+            "0/false/f/no/n (off), in any case; the hazard tracker stays off") in proc.stderr
+    proc = run_python("import torch", env={"SPYRE_HAZARD_TRACKER": "Yes", "TORCH_SPYRE_SANITIZER": "1"},
                       check=False)
     assert ("ValueError: TORCH_SPYRE_SANITIZER and SPYRE_HAZARD_TRACKER are both set" in proc.stderr)
-    assert run_python("import torch; print(torch.spyre._C._sanitizer_mode())",
-                      env={"SPYRE_HAZARD_TRACKER": "0", "TORCH_SPYRE_SANITIZER": ""}).stdout == "0\n"
+    assert run_python(mode, env={"SPYRE_HAZARD_TRACKER": "0", "TORCH_SPYRE_SANITIZER": ""}).stdout == "0\n"
 
 
 def test_collectives_are_tracked():

@@ -24,11 +24,13 @@ import torch as _torch  # noqa: E402
 # Loading _C registers the device guard, hooks, allocators and kernels.
 from . import _C, _compile  # noqa: F401,E402
 from . import _autograd_exit  # noqa: F401,E402  (clean exit after backward)
+from . import _utils  # noqa: F401,E402  (torch.serialization reads torch.spyre._utils)
 from . import _module_alias  # noqa: E402
 # _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
 from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,
     _lazy_init,
+    card_rules,
     current_device,
     device,
     device_count,
@@ -99,7 +101,7 @@ __all__ = [
     "current_device", "device", "device_count", "device_of", "get_amp_supported_dtype",
     "get_device_capability", "get_device_name", "get_device_properties", "init",
     "is_available", "is_bf16_supported", "is_initialized", "set_device", "synchronize",
-    "get_downcast_warning", "set_downcast_warning",
+    "get_downcast_warning", "set_downcast_warning", "card_rules",
     # streams and events
     "Event", "Stream", "StreamContext", "current_stream", "default_stream",
     "host_compute_stream", "set_stream", "stream",
@@ -118,7 +120,28 @@ __all__ = [
     "get_sync_debug_mode", "set_sync_debug_mode",
     # graphs
     "Graph", "graph", "graph_pool_handle", "is_current_stream_capturing",
+    # upstream torch-spyre's
+    "get_diagnostic_report", "make_spyre_module",
 ]
+
+
+def get_diagnostic_report(output_dir=None):
+    """The newest diagnostic (FFDC) report as a dict, or None (torch_spyre.profiler's;
+    docs/profiling.md, "Diagnostic reports"). Loads the profiler package at the first call."""
+    from .profiler import get_diagnostic_report as newest
+
+    return newest(output_dir)
+
+
+def make_spyre_module():
+    """The module torch registers as torch.spyre: this package.
+
+    Upstream torch-spyre builds its device module here (a new module object per call,
+    over per-process state) and registers the result. Here the package itself is the
+    device module and all its state is the process's, so every call returns the same
+    module and changes nothing: it does not register anything.
+    """
+    return _sys.modules[__name__]
 
 
 def _register() -> None:
@@ -161,7 +184,31 @@ _INDUCTOR_BACKEND = {
 }
 
 
+def _get_generator(device: _torch.device) -> _torch.Generator:
+    """The default generator of `device` (torch.cuda's helper: aot_autograd asks for it)."""
+    from .random import _generator
+
+    return _generator(device if device.index is not None else None)
+
+
+# Module attributes that torch's device-generic code reads by torch.cuda's names and
+# whose value is state: computed at each read, as torch.cuda's globals are kept current.
+def _initialized_now() -> bool:
+    # torch.utils.checkpoint saves and restores the device's RNG state around a
+    # recomputation only when this is true (torch.cuda: lazy init ran, not a bad fork).
+    return is_initialized() and not _is_in_bad_fork()
+
+
+def _default_generators() -> tuple:
+    return tuple(_C._get_default_generator(index) for index in range(device_count()))
+
+
+_DYNAMIC_ATTRIBUTES = {"_initialized": _initialized_now, "default_generators": _default_generators}
+
+
 def __getattr__(name):
+    if name in _DYNAMIC_ATTRIBUTES:
+        return _DYNAMIC_ATTRIBUTES[name]()
     if name in _INDUCTOR_BACKEND:
         from ._compile import inductor
 

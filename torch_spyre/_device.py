@@ -15,7 +15,8 @@ _MAX_DEVICE_INDEX = _C._max_devices - 1
 
 
 def _device_index(device, *, optional=True) -> int:
-    """The index named by `device` (int, str, torch.device or None); -1 = current."""
+    """The index named by `device` (int, str, torch.device or None); -1 = current
+    (None, "spyre", or -1 itself; -2 and below raise, as torch.cuda's functions do)."""
     if device is None:
         if optional:
             return -1
@@ -26,10 +27,10 @@ def _device_index(device, *, optional=True) -> int:
             f"of type {type(device).__name__}"
         )
     if isinstance(device, int):
-        if device < 0:
-            return -1  # as torch.cuda: a negative index is the current device
-        if device > _MAX_DEVICE_INDEX:
-            _C._check_device_index(device)  # raises C++'s one message for an out-of-range index
+        if device < -1 or device > _MAX_DEVICE_INDEX:
+            # raises C++'s one message: -1 is the current device (as on CUDA), -2 and
+            # below are a ValueError, past the visible devices a RuntimeError
+            _C._check_device_index(device)
         return device
     if isinstance(device, str):
         text = device
@@ -245,22 +246,30 @@ def _downcast_warning_from_env() -> bool:
     return value.strip().lower() not in ("0", "false", "off")
 
 
-# Upstream torch-spyre warns when a card narrows a dtype (int64 to int32). The
-# emulation computes every dtype as CPU does and never narrows, so the setting
-# is kept and reported only. TORCH_SPYRE_DOWNCAST_WARN=0/false/off disables it.
-_downcast_warning = _downcast_warning_from_env()
+# Upstream torch-spyre warns when the card narrows int64 to int32. The
+# emulation narrows only under the card's rules (TORCH_SPYRE_CARD_RULES=1,
+# docs/tensors.md "Running like a card"); the setting lives in C++, where the
+# copy warns. TORCH_SPYRE_DOWNCAST_WARN=0/false/off disables it at import.
+_C._set_downcast_warning(_downcast_warning_from_env())
 
 
 def get_downcast_warning() -> bool:
-    """Whether downcast warnings are enabled (upstream's API; the emulation never downcasts)."""
-    return _downcast_warning
+    """Whether the int64 downcast warning is enabled (upstream's API; the emulation
+    downcasts only under the card's rules, TORCH_SPYRE_CARD_RULES=1)."""
+    return _C._get_downcast_warning()
 
 
 def set_downcast_warning(enabled: bool) -> None:
-    """Enable or disable downcast warnings for this process (a setting only: nothing downcasts)."""
-    global _downcast_warning
+    """Enable or disable the int64 downcast warning for this process."""
     if type(enabled) is not bool:
         raise TypeError(
             f"set_downcast_warning expects a bool, got {enabled!r} of type {type(enabled).__name__}"
         )
-    _downcast_warning = enabled
+    _C._set_downcast_warning(enabled)
+
+
+def card_rules() -> bool:
+    """True when the device follows a Spyre card's data-type rules
+    (TORCH_SPYRE_CARD_RULES=1: the card's dtypes, int64 stored as int32, 128-byte
+    allocation sticks). Raises ValueError for a value of the variable other than 0 or 1."""
+    return _C._card_rules()

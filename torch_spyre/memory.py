@@ -6,7 +6,11 @@ the host allocator, so these mirror torch.cuda's. docs/tensors.md says what
 each statistic counts.
 """
 
+import pickle
+import sys
+import warnings
 from collections import OrderedDict
+from inspect import signature
 from typing import Any
 
 import torch
@@ -142,3 +146,118 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
         lines.append(f" {name:<21} | {' | '.join(count(v, v) for v in values)} ")
     lines.append("=" * 75)
     return "|" + "|\n|".join(lines) + "|\n"
+
+
+# ---------------------------------------------------------------- memory snapshots
+# torch.cuda.memory's private snapshot API, in CUDA's format, so torch.cuda._memory_viz and
+# pytorch.org/memory_viz read spyre snapshots unchanged (docs/tensors.md, "Memory snapshots").
+
+_CONTEXT_LEVELS = {None: 0, "state": 1, "alloc": 2, "all": 3}  # c10's RecordContext
+_TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                  "segment_map", "segment_unmap", "snapshot", "oom")
+
+
+def _record_memory_history(enabled="all", *args, **kwargs) -> None:
+    """Record the device allocator's actions and the Python stacks behind them, as
+    torch.cuda.memory._record_memory_history: `enabled` None (stop and drop the trace), "state"
+    (stacks of live blocks only) or "all" (also a trace of every action, at most `max_entries`,
+    newest kept); `context` None, "state", "alloc" or "all" (also stacks of frees); `stacks`
+    "python" or "all" (also C++ frames). A bool `enabled` takes torch's legacy arguments."""
+    if isinstance(enabled, bool):
+        return _record_memory_history_legacy(enabled, *args, **kwargs)
+    return _record_memory_history_impl(enabled, *args, **kwargs)
+
+
+def _choice(name, value, choices):
+    if value not in choices:
+        expected = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"_record_memory_history: {name}={value!r} is not one of {expected}")
+
+
+def _record_memory_history_impl(
+    enabled="all",
+    context="all",
+    stacks="all",
+    max_entries=sys.maxsize,
+    device=None,
+    clear_history=False,
+    compile_context=False,
+    global_record_annotations=False,
+    skip_actions=None,
+) -> None:
+    _choice("enabled", enabled, ("state", "all", None))
+    _choice("context", context, ("state", "alloc", "all", None))
+    _choice("stacks", stacks, ("python", "all"))
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
+        raise ValueError(f"_record_memory_history: max_entries={max_entries!r} is not an int >= 0")
+    skip_actions = list(skip_actions or [])
+    for action in skip_actions:
+        _choice("skip_actions entry", action, _TRACE_ACTIONS)
+    if device is not None:
+        _resolved_index(device)  # one device per process: another one raises
+    if compile_context or global_record_annotations:
+        warnings.warn("torch.spyre.memory._record_memory_history: compile_context and "
+                      "global_record_annotations are not recorded on spyre", stacklevel=3)
+    # As CUDA: "state" keeps one trace entry.
+    max_entries = max_entries if enabled == "all" else 1
+    _C._memory_record_history(enabled is not None, _CONTEXT_LEVELS[context], stacks == "all",
+                              min(max_entries, sys.maxsize), bool(clear_history), skip_actions)
+
+
+_record_memory_history.__signature__ = signature(_record_memory_history_impl)
+
+
+def _record_memory_history_legacy(
+    enabled: bool,
+    record_context=True,
+    trace_alloc_max_entries=1,
+    trace_alloc_record_context=False,
+    device=None,
+    record_context_cpp=False,
+    clear_history=False,
+    compile_context=False,
+    global_record_annotations=False,
+    skip_actions=None,
+) -> None:
+    """torch's older form: a bool `enabled`, the trace size and what to keep stacks for."""
+    if not enabled:
+        context = None
+    elif trace_alloc_record_context:
+        context = "alloc"
+    else:
+        context = "state" if record_context else None
+    if device is not None:
+        _resolved_index(device)
+    if isinstance(trace_alloc_max_entries, bool) or not isinstance(trace_alloc_max_entries, int) \
+            or trace_alloc_max_entries < 0:
+        raise ValueError("_record_memory_history: trace_alloc_max_entries="
+                         f"{trace_alloc_max_entries!r} is not an int >= 0")
+    skip_actions = list(skip_actions or [])
+    for action in skip_actions:
+        _choice("skip_actions entry", action, _TRACE_ACTIONS)
+    _C._memory_record_history(bool(enabled), _CONTEXT_LEVELS[context], bool(record_context_cpp),
+                              trace_alloc_max_entries, bool(clear_history), skip_actions)
+
+
+def _snapshot(device=None, augment_with_fx_traces=False) -> "dict[str, Any]":
+    """The device allocator's state and trace, as torch.cuda.memory._snapshot(): `segments`
+    (every runtime allocation with its blocks, their state and allocation stacks) and
+    `device_traces` (one list per visible device: the recorded actions, oldest first). Reads
+    the allocator only: it does not start the runtime."""
+    raw = _C._memory_snapshot()
+    traces = [[] for _ in range(_C.device_count())]
+    for entry in raw["trace"]:
+        traces[entry.pop("device")].append(entry)
+    snapshot = {"segments": raw["segments"], "device_traces": traces}
+    if augment_with_fx_traces:
+        from torch._utils import _augment_memory_snapshot_stack_traces
+
+        snapshot = _augment_memory_snapshot_stack_traces(snapshot)
+    return snapshot
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False) -> None:
+    """Pickle _snapshot() to `filename`, for pytorch.org/memory_viz or torch.cuda._memory_viz."""
+    snapshot = _snapshot(augment_with_fx_traces=augment_with_fx_traces)
+    with open(filename, "wb") as f:
+        pickle.dump(snapshot, f)

@@ -20,6 +20,7 @@ is on.
 """
 
 import os
+import warnings
 
 import torch
 
@@ -38,6 +39,9 @@ class UnsynchronizedAccessError(RuntimeError):
 
 def enable(mode: str = "raise") -> None:
     """Start checking every launch (forgets nothing while on)."""
+    if not isinstance(mode, str):  # checked first: `in` would hash an unhashable value
+        raise TypeError(f"sanitizer.enable: mode must be a str, one of {sorted(_MODES)}, "
+                        f"got {mode!r} of type {type(mode).__name__}")
     if mode not in _MODES:
         raise ValueError(f"sanitizer mode must be one of {sorted(_MODES)}, got {mode!r}")
     _C._sanitizer_set_mode(_MODES[mode])
@@ -86,20 +90,39 @@ def is_enabled() -> bool:
     return _C._sanitizer_mode() in (_MODES["raise"], _MODES["warn"])
 
 
+# SPYRE_HAZARD_TRACKER's values (upstream's boolean spellings, any case); unset or empty is off.
+_HAZARD_ON = ("1", "true", "t", "yes", "y")
+_HAZARD_OFF = ("", "0", "false", "f", "no", "n")
+
+
+def _hazard_tracker_from_environment() -> bool:
+    """Whether SPYRE_HAZARD_TRACKER turns the hazard tracker on. Any other value warns
+    and leaves it off: a typo must not make `import torch` fail."""
+    raw = os.environ.get("SPYRE_HAZARD_TRACKER", "")
+    value = raw.strip().lower()
+    if value in _HAZARD_ON:
+        return True
+    if value not in _HAZARD_OFF:
+        warnings.warn(
+            f"SPYRE_HAZARD_TRACKER={raw!r} is not one of {'/'.join(_HAZARD_ON)} (on) or "
+            f"{'/'.join(_HAZARD_OFF[1:])} (off), in any case; the hazard tracker stays off",
+            RuntimeWarning, stacklevel=2)
+    return False
+
+
 def _enable_from_environment() -> None:
     """TORCH_SPYRE_SANITIZER: 1 raises, warn warns, 0 or unset or empty is off.
-    SPYRE_HAZARD_TRACKER=1 (upstream torch-spyre's switch): the hazard tracker, which makes
-    each launch wait for the streams it races with instead of reporting them."""
+    SPYRE_HAZARD_TRACKER=1 (or true/t/yes/y; upstream torch-spyre's switch): the hazard
+    tracker, which makes each launch wait for the streams it races with instead of
+    reporting them."""
     value = os.environ.get("TORCH_SPYRE_SANITIZER", "")
     if value not in ("", "0", "1", "warn"):
         raise ValueError(f"TORCH_SPYRE_SANITIZER must be 0, 1 or warn, got {value!r}")
-    hazard = os.environ.get("SPYRE_HAZARD_TRACKER", "")
-    if hazard not in ("", "0", "1"):
-        raise ValueError(f"SPYRE_HAZARD_TRACKER must be 0 or 1, got {hazard!r}")
-    if value in ("1", "warn") and hazard == "1":
+    hazard = _hazard_tracker_from_environment()
+    if value in ("1", "warn") and hazard:
         raise ValueError("TORCH_SPYRE_SANITIZER and SPYRE_HAZARD_TRACKER are both set: the "
                          "sanitizer reports races, the hazard tracker orders them; set one")
     if value in ("1", "warn"):
         enable("raise" if value == "1" else "warn")
-    elif hazard == "1":
+    elif hazard:
         _C._sanitizer_set_mode(_ORDER)  # orders nothing on the host: no wrapping

@@ -24,6 +24,7 @@
 #include "aten/stream_copy.h"
 #include "aten/tensor_ref.h"
 #include "device/allocator.h"
+#include "device/card_rules.h"
 #include "device/dtypes.h"
 #include "device/generator.h"
 #include "runtime/capture.h"
@@ -49,6 +50,14 @@ c10::Device spyreDevice(std::optional<c10::Device> device) {
   return c10::Device(c10::DeviceType::PrivateUse1, ensureDevice(d.index()));
 }
 
+// Under the card's rules a storage shows the whole 128-byte sticks its block
+// holds (upstream's tests read them in untyped_storage().nbytes()).
+at::Tensor inSticks(at::Tensor t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_nbytes(deviceAllocationBytes(storage->nbytes()));
+  return t;
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
                                std::optional<c10::Device> device,
@@ -57,8 +66,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   checkFactoryArgs(layout, pin_memory);
   checkSupportedDtype(c10::dtype_or_default(dtype));
   const c10::DeviceGuard guard(spyreDevice(device));
-  return at::detail::empty_generic(size, deviceAllocator(), kSpyreKeys,
-                                   c10::dtype_or_default(dtype), memory_format);
+  return inSticks(at::detail::empty_generic(size, deviceAllocator(), kSpyreKeys,
+                                            c10::dtype_or_default(dtype), memory_format));
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -67,8 +76,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   checkFactoryArgs(layout, pin_memory);
   checkSupportedDtype(c10::dtype_or_default(dtype));
   const c10::DeviceGuard guard(spyreDevice(device));
-  return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kSpyreKeys,
-                                           c10::dtype_or_default(dtype));
+  return inSticks(at::detail::empty_strided_generic(size, stride, deviceAllocator(), kSpyreKeys,
+                                                    c10::dtype_or_default(dtype)));
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -118,7 +127,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   const size_t needed_bytes = at::detail::computeStorageNbytesContiguous(
       sizes, self.dtype().itemsize(), self.storage_offset());
   if (needed_bytes > self.storage().nbytes()) {
-    resizeStorageBytes(self.storage(), needed_bytes);
+    resizeStorageBytes(self.storage(), deviceAllocationBytes(needed_bytes));  // sticks on a card
   }
   return at::native::resize_(self, sizes, memory_format);
 }
@@ -165,7 +174,11 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
     const at::Tensor& host = src.is_cpu() ? src : dst;
     host_recorded = recordPinnedUse(host.storage().data_ptr(), stream);
   }
-  if (isDmaCompatible(src, dst)) {
+  // Under the card's rules an int64 spyre tensor holds int32 values: what the
+  // host or another dtype copies into it is narrowed (card_rules.h).
+  const bool narrow = dst.scalar_type() == c10::kLong && !dst.is_cpu() &&
+                      (src.is_cpu() || src.scalar_type() != c10::kLong) && cardRules();
+  if (!narrow && isDmaCompatible(src, dst)) {
     if (src.is_cpu()) {
       stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else if (dst.is_cpu()) {
@@ -178,7 +191,8 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
     // The first copy of each dtype pair is tried on the host first: a pair CPU
     // cannot convert raises here instead of failing the stream.
     const std::string signature = std::string("copy|") + c10::toString(src.scalar_type()) +
-                                  "->" + c10::toString(dst.scalar_type());
+                                  "->" + c10::toString(dst.scalar_type()) +
+                                  (narrow ? "|int32" : "");
     const c10::ScalarType from_type = src.scalar_type();
     const c10::ScalarType to_type = dst.scalar_type();
     launchVerified(
@@ -188,9 +202,16 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
           at::empty({1}, at::TensorOptions().dtype(to_type))
               .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
         },
-        [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive)] {
+        [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive),
+         narrow] {
           const CpuKernelScope scope(0, KernelSide::Engine);
-          to.cpuAlias().copy_(from.cpuAlias());
+          if (narrow) {
+            // As CPU converts to int64, then int64 -> int32 -> int64: the low
+            // 32 bits, sign-extended (CPU's int32 conversion is that C cast).
+            to.cpuAlias().copy_(from.cpuAlias().to(at::kLong).to(at::kInt));
+          } else {
+            to.cpuAlias().copy_(from.cpuAlias());
+          }
         },
         "copy", nbytes);
   }
@@ -219,6 +240,10 @@ at::Tensor copyTensor(const at::Tensor& self, const at::Tensor& dst, bool non_bl
   if (src_spyre && dst_spyre) {
     ensureDevice(self.device().index());
   }
+  if (!(src_spyre && dst_spyre) && cardRules()) {
+    // The card's DMA converts only the card's dtypes (card_rules.h).
+    checkCardDtype((src_spyre ? dst : self).scalar_type(), "copy to or from a cpu tensor of");
+  }
   if (dst.numel() == 0) {
     return dst;
   }
@@ -244,6 +269,10 @@ at::Tensor copyTensor(const at::Tensor& self, const at::Tensor& dst, bool non_bl
   if (C10_UNLIKELY(touches_host && capture::anyCapture())) {
     capture::refuseIfCapturing(stream.id(), src_spyre ? "a copy from spyre to cpu (.cpu(), .to('cpu'))"
                                                       : "a copy from cpu to spyre");
+  }
+  if (dst_spyre && dst.scalar_type() == c10::kLong &&
+      (!src_spyre || self.scalar_type() != c10::kLong) && cardRules()) {
+    warnInt64Downcast();  // launchCopy narrows (upstream warns on the copy)
   }
   const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   const bool host_recorded = launchCopy(stream, src, dst, {}, non_blocking);
@@ -308,9 +337,16 @@ void checkFillValue(c10::ScalarType type, const at::Scalar& value) {
                  c10::kBool, c10::kBFloat16);
 }
 
-at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
   const SpyreStream stream = getCurrentStream(self.device().index());
-  checkFillValue(self.scalar_type(), value);
+  checkFillValue(self.scalar_type(), requested);
+  at::Scalar value = requested;
+  if (self.scalar_type() == c10::kLong && cardRules()) {
+    // An int64 tensor holds int32 values on the card: the value is narrowed
+    // as a copy would narrow it (a warning only when that changes it).
+    value = narrowToInt32(requested.to<int64_t>());
+    if (value.to<int64_t>() != requested.to<int64_t>()) warnInt64Downcast();
+  }
   const size_t nbytes = self.numel() * self.element_size();
   if (nbytes == 0) {
     return self;

@@ -16,6 +16,7 @@
 #include "aten/plan_key.h"
 #include "aten/work.h"
 #include "device/allocator.h"
+#include "device/card_rules.h"
 
 namespace spyre::launch {
 namespace {
@@ -337,9 +338,11 @@ std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
 }
 
 at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device) {
-  // What at::detail::empty_strided_generic does, with the device known.
-  const size_t nbytes = at::detail::computeStorageNbytes(layout.sizes, layout.strides,
-                                                         c10::elementSize(layout.dtype));
+  // What at::detail::empty_strided_generic does, with the device known (and,
+  // under the card's rules, the card's dtypes and whole sticks: card_rules.h).
+  checkCardDtype(layout.dtype, "allocate a tensor of");
+  const size_t nbytes = deviceAllocationBytes(at::detail::computeStorageNbytes(
+      layout.sizes, layout.strides, c10::elementSize(layout.dtype)));
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
                        allocateOnCheckedDevice(nbytes, device), deviceAllocator(),
                        /*resizable=*/true);
@@ -354,7 +357,7 @@ at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device) {
 void restride(const at::Tensor& t, const Layout& layout) {
   const size_t needed = at::detail::computeStorageNbytes(layout.sizes, layout.strides,
                                                          t.dtype().itemsize(), layout.offset);
-  if (needed > t.storage().nbytes()) resizeStorageBytes(t.storage(), needed);
+  if (needed > t.storage().nbytes()) resizeStorageBytes(t.storage(), deviceAllocationBytes(needed));
   t.unsafeGetTensorImpl()->set_sizes_and_strides(layout.sizes, layout.strides, layout.offset);
 }
 

@@ -97,6 +97,16 @@ Work::Scratch Work::runOnScratch(std::vector<c10::Warning>& warnings) const {
     for (TensorRef& ref : refs) substitute(ref);
   }
   if (total > kMaxScratchBytes) return Scratch::Failed;
+  // The scratch run checks the kernel; nobody reads what it computes. One thread:
+  // a parallel kernel would wake this thread's OpenMP team, whose threads then
+  // wait for cores the engines running other streams' work hold (a first op
+  // queued behind a busy stream took 100+ ms a call for it).
+  const int threads = omp_get_max_threads();
+  copy.num_threads = 1;
+  struct RestoreThreads {
+    int threads;
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore{threads};
   WarningCollector collector;
   try {
     const c10::WarningUtils::WarningHandlerGuard collect(&collector);

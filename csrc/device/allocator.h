@@ -14,6 +14,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/Storage.h>
 
+#include "device/memory_history.h"
 #include "runtime/stream.h"
 
 namespace spyre {
@@ -38,6 +39,10 @@ void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes);
 // streams come from it), and lets go of it (device/caching_allocator.h).
 void useGraphPool(std::pair<uint64_t, uint64_t> id);
 void releaseGraphPool(std::pair<uint64_t, uint64_t> id);
+
+// Memory history and snapshots of the device allocator (device/memory_history.h).
+void recordMemoryHistory(const HistorySettings& settings);
+MemorySnapshot memorySnapshot();
 
 // The at::HostAllocator registered for PrivateUse1 (pinned host memory).
 c10::Allocator* pinnedHostAllocator();

@@ -97,9 +97,11 @@ flex::RuntimeStream* DeviceCachingAllocator::handleLocked(c10::StreamId stream,
 DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex device) {
   const c10::StreamId stream = getCurrentStream(device).id();
   const PoolId capture_pool = capture::poolOf(stream);  // {0, 0} unless the stream captures
+  Context context = history_.gather(RecordContext::STATE);  // before the lock: may take the GIL
   std::unique_lock<std::mutex> lock(mutex_);
   if (nbytes > kLargestRequest) {
-    throwOutOfMemory(lock, device, nbytes, 0, "the request is larger than any segment");
+    throwOutOfMemory(lock, device, nbytes, 0, "the request is larger than any segment", stream,
+                     nbytes, capture_pool, context);
   }
   const size_t size = roundSize(nbytes);
   const size_t segment_bytes = segmentSize(size);
@@ -117,24 +119,32 @@ DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex devi
   std::string runtime_message;
   DeviceBlock* block = takeFreeBlockLocked(pool, stream, size);
   if (block == nullptr) {
-    block = allocateSegmentLocked(pool, owner, stream, device, segment_bytes, runtime_message);
+    block = allocateSegmentLocked(pool, owner, stream, device, segment_bytes, runtime_message,
+                                  context);
   }
   if (block == nullptr) {
     // As CUDA: give every cached block back (after waiting for pending frees)
     // and try once more.
     lock.unlock();
-    releaseCachedBlocks();
+    releaseCachedBlocks(context);
     lock.lock();
     ++stats_.num_alloc_retries;
     block = takeFreeBlockLocked(pool, stream, size);
     if (block == nullptr) {
-      block = allocateSegmentLocked(pool, owner, stream, device, segment_bytes, runtime_message);
+      block = allocateSegmentLocked(pool, owner, stream, device, segment_bytes, runtime_message,
+                                    context);
     }
     if (block == nullptr) {
-      throwOutOfMemory(lock, device, nbytes, segment_bytes, runtime_message.c_str());
+      throwOutOfMemory(lock, device, nbytes, segment_bytes, runtime_message.c_str(), stream, size,
+                       capture_pool, context);
     }
   }
   block = splitAndActivateLocked(block, size, nbytes);
+  if (C10_UNLIKELY(history_.recordingLocked() || context != nullptr)) {
+    block->context = std::move(context);
+    history_.recordLocked(HistoryAction::ALLOC, device, reinterpret_cast<uintptr_t>(block->ptr),
+                          nbytes, stream, capture_pool, block->context);
+  }
   const ProfilerReport report = profilerReportLocked(block, static_cast<int64_t>(block->size));
   lock.unlock();
   reportToProfiler(report);
@@ -155,9 +165,11 @@ DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, PrivatePo
                                                            c10::StreamId stream,
                                                            c10::DeviceIndex device,
                                                            size_t segment_bytes,
-                                                           std::string& runtime_message) {
+                                                           std::string& runtime_message,
+                                                           const Context& context) {
   std::unique_ptr<DeviceBlock> block(
       newBlock(nullptr, segment_bytes, stream, device, pool.is_small));  // before the memory
+  auto segment = std::make_unique<DeviceSegment>(DeviceSegment{block.get(), context});
   block->private_pool = owner;
   try {
     block->ptr = static_cast<char*>(runtimeContext()->allocate(segment_bytes));
@@ -166,6 +178,11 @@ DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, PrivatePo
     return nullptr;
   }
   if (owner != nullptr) ++owner->segments;
+  block->segment = segment.release();
+  linkSegmentLocked(block->segment);
+  history_.recordLocked(HistoryAction::SEGMENT_ALLOC, device,
+                        reinterpret_cast<uintptr_t>(block->ptr), segment_bytes, stream,
+                        poolIdOf(block.get()), context);
   change(stats_.segment, pool.is_small, 1);
   change(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(segment_bytes));
   ++stats_.num_device_alloc;
@@ -182,8 +199,13 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
     DeviceBlock* remaining = block;
     block = newBlock(remaining->ptr, size, remaining->stream, remaining->device, remaining->small);
     block->private_pool = remaining->private_pool;
+    block->segment = remaining->segment;
     block->prev = remaining->prev;
-    if (block->prev != nullptr) block->prev->next = block;
+    if (block->prev != nullptr) {
+      block->prev->next = block;
+    } else {
+      block->segment->head = block;
+    }
     block->next = remaining;
     remaining->prev = block;
     remaining->ptr += size;
@@ -210,7 +232,15 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
 }
 
 void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
+  // Before the lock: may take the GIL. Null on an engine thread (no Python
+  // there): the trace then shows the allocation's context, as CUDA's.
+  const Context context = history_.gather(RecordContext::ALL);
   std::unique_lock<std::mutex> lock(mutex_);
+  if (C10_UNLIKELY(history_.recordingLocked())) {
+    history_.recordLocked(HistoryAction::FREE_REQUESTED, block->device,
+                          reinterpret_cast<uintptr_t>(block->ptr), block->requested_size,
+                          block->stream, poolIdOf(block), context ? context : block->context);
+  }
   block->allocated = false;
   change(stats_.allocation, block->small, -1);
   change(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
@@ -225,7 +255,7 @@ void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
     block->next_deferred = deferred_;
     deferred_ = block;
   }
-  if (!block->deferred && block->event_count == 0) freeBlockLocked(block);
+  if (!block->deferred && block->event_count == 0) freeBlockLocked(block, context);
   lock.unlock();
   reportToProfiler(report);
 }
@@ -315,7 +345,10 @@ DeviceCachingAllocator::Pool& DeviceCachingAllocator::poolOf(const DeviceBlock* 
 void DeviceCachingAllocator::usePool(PoolId id) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::unique_ptr<PrivatePool>& pool = private_pools_[id];
-  if (pool == nullptr) pool = std::make_unique<PrivatePool>();
+  if (pool == nullptr) {
+    pool = std::make_unique<PrivatePool>();
+    pool->id = id;
+  }
   ++pool->use_count;
 }
 
@@ -326,7 +359,13 @@ void DeviceCachingAllocator::releasePool(PoolId id) {
   if (--it->second->use_count == 0 && it->second->segments == 0) private_pools_.erase(it);
 }
 
-void DeviceCachingAllocator::freeBlockLocked(DeviceBlock* block) {
+void DeviceCachingAllocator::freeBlockLocked(DeviceBlock* block, const Context& context) {
+  if (C10_UNLIKELY(history_.recordingLocked())) {
+    history_.recordLocked(HistoryAction::FREE_COMPLETED, block->device,
+                          reinterpret_cast<uintptr_t>(block->ptr), block->requested_size,
+                          block->stream, poolIdOf(block), context ? context : block->context);
+  }
+  if (C10_UNLIKELY(block->context != nullptr)) block->context.reset();
   Pool& pool = poolOf(block);
   const auto original_size = static_cast<int64_t>(block->size);
   int64_t split_blocks = 0;
@@ -359,7 +398,11 @@ size_t DeviceCachingAllocator::mergeLocked(DeviceBlock* into, DeviceBlock* neigh
   if (into->prev == neighbour) {
     into->ptr = neighbour->ptr;
     into->prev = neighbour->prev;
-    if (into->prev != nullptr) into->prev->next = into;
+    if (into->prev != nullptr) {
+      into->prev->next = into;
+    } else {
+      into->segment->head = into;
+    }
   } else {
     into->next = neighbour->next;
     if (into->next != nullptr) into->next->prev = into;
@@ -371,7 +414,7 @@ size_t DeviceCachingAllocator::mergeLocked(DeviceBlock* into, DeviceBlock* neigh
   return merged;
 }
 
-void DeviceCachingAllocator::releaseCachedBlocks() {
+void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
   // Blocks waiting for events: wait for the events, then free the blocks.
   std::vector<PendingEvent> pending;
   {
@@ -423,6 +466,12 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
         segments.push_back(block);
         allocation_streams.insert(block->stream);
         it = pool->blocks.erase(it);
+        // Out of snapshots from here on, and in the trace before a new
+        // segment can reuse its address.
+        unlinkSegmentLocked(block->segment);
+        history_.recordLocked(HistoryAction::SEGMENT_FREE, block->device,
+                              reinterpret_cast<uintptr_t>(block->ptr), block->size, block->stream,
+                              poolIdOf(block), context ? context : block->segment->context);
       }
     }
   }
@@ -471,6 +520,7 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
     change(stats_.segment, segment->small, -1);
     change(stats_.reserved_bytes, segment->small, -static_cast<int64_t>(segment->size));
     ++stats_.num_device_free;
+    delete segment->segment;
     delete segment;
   }
   for (auto it = private_pools_.begin(); it != private_pools_.end();) {
@@ -480,18 +530,28 @@ void DeviceCachingAllocator::releaseCachedBlocks() {
 }
 
 void DeviceCachingAllocator::emptyCache() {
-  releaseCachedBlocks();
+  releaseCachedBlocks(history_.gather(RecordContext::ALL));
 }
 
 void DeviceCachingAllocator::throwOutOfMemory(std::unique_lock<std::mutex>& lock,
                                               c10::DeviceIndex device, size_t nbytes,
-                                              size_t segment_bytes, const char* reason) {
+                                              size_t segment_bytes, const char* reason,
+                                              c10::StreamId stream, size_t size, PoolId pool,
+                                              const Context& context) {
   ++stats_.num_ooms;
   const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
   const int64_t allocated = stats_.allocated_bytes[aggregate].current;
   const int64_t reserved = stats_.reserved_bytes[aggregate].current;
+  const bool recording = history_.recordingLocked();
   lock.unlock();
   const flex::MemoryStats device_stats = runtimeContext()->memoryStats();
+  if (recording) {
+    lock.lock();
+    history_.recordLocked(HistoryAction::OOM, device,
+                          device_stats.total_bytes - device_stats.allocated_bytes, size, stream,
+                          pool, context);
+    lock.unlock();
+  }
   const std::string segment =
       segment_bytes == 0 ? "" : " (a segment of " + std::to_string(segment_bytes) + " bytes)";
   TORCH_CHECK_WITH(OutOfMemoryError, false, "Spyre out of memory on spyre:",
@@ -535,6 +595,66 @@ void DeviceCachingAllocator::lockForFork() {
 // In the child too: the forking thread, its only thread, took the lock.
 void DeviceCachingAllocator::unlockAfterFork() {
   mutex_.unlock();
+}
+
+void DeviceCachingAllocator::linkSegmentLocked(DeviceSegment* segment) {
+  segment->next = segments_;
+  if (segments_ != nullptr) segments_->prev = segment;
+  segments_ = segment;
+}
+
+void DeviceCachingAllocator::unlinkSegmentLocked(DeviceSegment* segment) {
+  if (segment->prev != nullptr) {
+    segment->prev->next = segment->next;
+  } else {
+    segments_ = segment->next;
+  }
+  if (segment->next != nullptr) segment->next->prev = segment->prev;
+  segment->prev = segment->next = nullptr;
+}
+
+void DeviceCachingAllocator::recordHistory(const HistorySettings& settings) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  history_.configureLocked(settings);
+}
+
+MemorySnapshot DeviceCachingAllocator::snapshot() {
+  MemorySnapshot snapshot;
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t total_active = 0;
+  for (const DeviceSegment* segment = segments_; segment != nullptr; segment = segment->next) {
+    const DeviceBlock* head = segment->head;
+    SnapshotSegment& info = snapshot.segments.emplace_back();
+    info.device = head->device;
+    info.address = reinterpret_cast<uintptr_t>(head->ptr);
+    info.stream = head->stream;
+    info.is_large = !head->small;
+    info.pool = poolIdOf(head);
+    info.context = segment->context;
+    for (const DeviceBlock* block = head; block != nullptr; block = block->next) {
+      const bool active = block->allocated || block->event_count > 0 || block->deferred;
+      info.blocks.push_back(
+          {block->size, block->requested_size, block->allocated, active, block->context});
+      info.total_size += block->size;
+      if (block->allocated) info.allocated_size += block->size;
+      if (active) {
+        info.active_size += block->size;
+        info.requested_size += block->requested_size;
+      }
+    }
+    total_active += info.active_size;
+  }
+  std::sort(snapshot.segments.begin(), snapshot.segments.end(),
+            [](const SnapshotSegment& a, const SnapshotSegment& b) {
+              return a.address < b.address;
+            });
+  // As CUDA: the trace marks where the snapshot was taken.
+  const int bound = detail::bound_device.load(std::memory_order_acquire);
+  const c10::DeviceIndex device =
+      bound >= 0 ? static_cast<c10::DeviceIndex>(bound) : currentDevice();
+  history_.recordLocked(HistoryAction::SNAPSHOT, device, 0, total_active, 0, {0, 0}, nullptr);
+  snapshot.trace = history_.entriesLocked();
+  return snapshot;
 }
 
 }  // namespace spyre

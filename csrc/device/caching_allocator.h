@@ -19,6 +19,9 @@
 //   and blocks freed later return there. A private pool's memory stays
 //   reserved while a graph holds it (usePool/releasePool); once none does, its
 //   free segments go back to the runtime at the next empty_cache().
+// - Memory history (device/memory_history.h): segments are linked in a list
+//   so a snapshot finds every block; with history on, blocks and segments
+//   keep the context of their allocation and actions go to the trace.
 //
 // One mutex guards everything. No wait on device work happens under it: engine
 // threads free blocks too (tensors captured by queued work), so a host thread
@@ -42,11 +45,13 @@
 #include <c10/core/Stream.h>
 #include <flex/flex.hpp>
 
+#include "device/memory_history.h"
 #include "runtime/stream.h"
 
 namespace spyre {
 
 struct DeviceBlock;
+struct DeviceSegment;
 struct PrivatePool;
 // Pool order: allocation stream, then size, then address.
 struct BlockBySize {
@@ -68,6 +73,8 @@ struct DeviceBlock {
   std::vector<c10::StreamId> stream_uses;  // recorded streams other than `stream`
   DeviceBlock* prev = nullptr;  // neighbours in the segment
   DeviceBlock* next = nullptr;
+  DeviceSegment* segment = nullptr;
+  Context context;  // where it was allocated (memory history), while allocated or pending
   // The block's node of its pool's set while it is out of the pool (made with
   // the block, where throwing is allowed), so returning it to the pool in
   // free() allocates nothing.
@@ -80,6 +87,15 @@ struct DeviceBlock {
   bool isSplit() const { return prev != nullptr || next != nullptr; }
 };
 
+// A runtime allocation: its blocks, from `head` on, linked through prev/next.
+// Segments are linked in the allocator's list, for snapshots.
+struct DeviceSegment {
+  DeviceBlock* head;
+  Context context;  // where it was allocated (memory history)
+  DeviceSegment* prev = nullptr;
+  DeviceSegment* next = nullptr;
+};
+
 // Free blocks of one size class.
 struct BlockPool {
   BlockSet blocks;  // free blocks
@@ -89,6 +105,7 @@ struct BlockPool {
 // A graph's private pool: its own free blocks, and how many segments and
 // graphs it has.
 struct PrivatePool {
+  std::pair<uint64_t, uint64_t> id;
   BlockPool small{{}, true};
   BlockPool large{{}, false};
   int use_count = 0;    // graphs holding it
@@ -127,6 +144,11 @@ class DeviceCachingAllocator {
   void lockForFork();
   void unlockAfterFork();
 
+  // Memory history: torch.spyre.memory._record_memory_history's settings, and
+  // the blocks of every segment plus the trace (recording a "snapshot" entry).
+  void recordHistory(const HistorySettings& settings);
+  MemorySnapshot snapshot();
+
  private:
   using Pool = BlockPool;
   // The pool a free block returns to.
@@ -154,7 +176,7 @@ class DeviceCachingAllocator {
   // A new segment, or nullptr with `runtime_message` set when the runtime is out of memory.
   DeviceBlock* allocateSegmentLocked(Pool& pool, PrivatePool* owner, c10::StreamId stream,
                                      c10::DeviceIndex device, size_t segment_bytes,
-                                     std::string& runtime_message);
+                                     std::string& runtime_message, const Context& context);
   DeviceBlock* splitAndActivateLocked(DeviceBlock* block, size_t size, size_t requested);
   // Records an event on every stream the block was used on; a use leaves
   // block->stream_uses only once its event is queued, so a retry after a
@@ -163,14 +185,22 @@ class DeviceCachingAllocator {
   // Retries the deferred frees (may throw: called where throwing is allowed).
   void retryDeferredLocked();
   void processEventsLocked();
-  void freeBlockLocked(DeviceBlock* block);
+  // `context`: the free's, when the host asked for it now (memory history).
+  void freeBlockLocked(DeviceBlock* block, const Context& context = nullptr);
   size_t mergeLocked(DeviceBlock* into, DeviceBlock* neighbour, Pool& pool);
   // Frees (into their pools) the blocks waiting for events, after waiting for
   // those events; then returns every free segment to the runtime. Called
   // without the lock.
-  void releaseCachedBlocks();
+  void releaseCachedBlocks(const Context& context);
   [[noreturn]] void throwOutOfMemory(std::unique_lock<std::mutex>& lock, c10::DeviceIndex device,
-                                     size_t nbytes, size_t segment_bytes, const char* reason);
+                                     size_t nbytes, size_t segment_bytes, const char* reason,
+                                     c10::StreamId stream, size_t size, PoolId pool,
+                                     const Context& context);
+  static PoolId poolIdOf(const DeviceBlock* block) {
+    return block->private_pool != nullptr ? block->private_pool->id : PoolId{0, 0};
+  }
+  void linkSegmentLocked(DeviceSegment* segment);
+  void unlinkSegmentLocked(DeviceSegment* segment);
 
   std::mutex mutex_;
   Pool small_pool_{{}, true};
@@ -182,6 +212,8 @@ class DeviceCachingAllocator {
   c10::CachingDeviceAllocator::DeviceStats stats_;
   DeviceBlock* deferred_ = nullptr;  // see DeviceBlock::deferred
   std::map<PoolId, std::unique_ptr<PrivatePool>> private_pools_;
+  DeviceSegment* segments_ = nullptr;  // every segment, most recent first
+  MemoryHistory history_;
 };
 
 }  // namespace spyre

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "device/caching_allocator.h"
+#include "device/card_rules.h"
 #include "device/fork_gate.h"
 #include "runtime/runtime.h"
 
@@ -104,7 +105,8 @@ c10::DataPtr allocateOnCheckedDevice(size_t nbytes, c10::DeviceIndex device) {
     return {nullptr, nullptr, nullptr, where};  // as CUDA: no memory, no stats
   }
   runtimeContext();  // raises after free_runtime(), even when the cache could serve
-  DeviceBlock* block = theBlockPools().malloc(nbytes, device);
+  // Under the card's rules the card's unit: whole 128-byte sticks.
+  DeviceBlock* block = theBlockPools().malloc(deviceAllocationBytes(nbytes), device);
   return {block->ptr, block, &freeDeviceBlock, where};
 }
 
@@ -114,6 +116,14 @@ void useGraphPool(std::pair<uint64_t, uint64_t> id) {
 
 void releaseGraphPool(std::pair<uint64_t, uint64_t> id) {
   theBlockPools().releasePool(id);
+}
+
+void recordMemoryHistory(const HistorySettings& settings) {
+  theBlockPools().recordHistory(settings);
+}
+
+MemorySnapshot memorySnapshot() {
+  return theBlockPools().snapshot();
 }
 
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {

@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "device/card_rules.h"
+
 namespace spyre {
 
 bool isSupportedDtype(c10::ScalarType dtype) {
@@ -39,12 +41,15 @@ void checkSupportedDtype(c10::ScalarType dtype) {
   TORCH_CHECK_TYPE(isSupportedDtype(dtype), "spyre does not support dtype ", dtype,
                    ": spyre tensors hold dtypes the device can convert to and from float32 "
                    "(torch.accelerator.get_device_capability()['supported_dtypes'] lists them)");
+  checkCardDtype(dtype, "allocate a tensor of");
 }
 
 c10::DeviceCapability deviceCapability() {
   c10::DeviceCapability capability;
+  const bool card = cardRules();
 #define SPYRE_SET_SUPPORT(_, name) \
-  capability.capability_data.supported_scalar_types.has_##name = isSupportedDtype(c10::ScalarType::name);
+  capability.capability_data.supported_scalar_types.has_##name =    \
+      isSupportedDtype(c10::ScalarType::name) && (!card || isCardDtype(c10::ScalarType::name));
   AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(SPYRE_SET_SUPPORT)
 #undef SPYRE_SET_SUPPORT
   return capability;

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -118,6 +119,11 @@ std::string laneName(int device, c10::StreamId id) {
 
 class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSession {
  public:
+  // `wanted`: the kinds of activity the profile asked for (all of spyre's for a
+  // plain ProfilerActivity.PrivateUse1; a subset for {PrivateUse1: ["CONCURRENT_KERNEL"]}).
+  explicit SpyreActivityProfilerSession(std::set<ActivityType> wanted)
+      : wanted_(std::move(wanted)) {}
+
   // A session dropped while recording (a profile torn down without stop())
   // must not leave the runtime recording.
   ~SpyreActivityProfilerSession() override {
@@ -172,10 +178,6 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
       const int64_t lane = pool_id != pool_ids.end()
                                ? pool_id->second
                                : kMaxStreamIds + static_cast<int64_t>(record.stream_id);
-      lanes_.emplace(lane, pool_id != pool_ids.end()
-                               ? laneName(record.device, pool_id->second)
-                               : "spyre:" + std::to_string(record.device) + " flex stream " +
-                                     std::to_string(record.stream_id));
       const libkineto::ITraceActivity* op =
           linked_activity && record.correlation_id != 0
               ? linked_activity(static_cast<int32_t>(record.correlation_id))
@@ -184,7 +186,11 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
       // A graph's node: no launch of its own (the graph's launch made it); its
       // device activity sits on the lane under the graph's span.
       const bool node = record.graph_launch_id != 0;
-      if (!node) {
+      const bool with_launch = !node && wants(ActivityType::PRIVATEUSE1_RUNTIME);
+      const bool with_work = wants(deviceActivityType(record.kind));
+      // The flow arrow joins the launch to its work: only when both are recorded.
+      const bool with_flow = with_launch && with_work;
+      if (with_launch) {
         buffer_.emplace_activity(buffer_.span, ActivityType::PRIVATEUSE1_RUNTIME,
                                  launchName(record.kind));
         auto& launch = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
@@ -195,25 +201,46 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
         launch.resource = static_cast<int32_t>(record.launch_thread);
         launch.threadId = static_cast<int32_t>(record.launch_thread);
         launch.linked = op;
-        launch.flow.id = static_cast<uint32_t>(record.launch_id);
-        launch.flow.type = libkineto::kLinkAsyncCpuGpu;
-        launch.flow.start = 1;
+        if (with_flow) {
+          launch.flow.id = static_cast<uint32_t>(record.launch_id);
+          launch.flow.type = libkineto::kLinkAsyncCpuGpu;
+          launch.flow.start = 1;
+        }
         launch.addMetadata("correlation", record.launch_id);
         logger.handleActivity(launch);
       }
+      const int64_t work_start = record.start_ns + clock_offset_ns_;
+      const int64_t work_end = record.end_ns + clock_offset_ns_;
+      // A record_function range's span on this lane covers its work, drawn or not.
+      const bool in_range =
+          record.user_correlation_id != 0 && wants(ActivityType::GPU_USER_ANNOTATION);
+      if (in_range) {
+        auto [span, inserted] =
+            ranges.try_emplace({record.user_correlation_id, lane}, work_start, work_end);
+        if (!inserted) {
+          span->second.first = std::min(span->second.first, work_start);
+          span->second.second = std::max(span->second.second, work_end);
+        }
+      }
+      if (!with_work && !in_range) continue;
+      lanes_.emplace(lane, pool_id != pool_ids.end()
+                               ? laneName(record.device, pool_id->second)
+                               : "spyre:" + std::to_string(record.device) + " flex stream " +
+                                     std::to_string(record.stream_id));
+      if (!with_work) continue;
 
       buffer_.emplace_activity(buffer_.span, deviceActivityType(record.kind),
                                deviceActivityName(record));
       auto& work = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
-      work.startTime = record.start_ns + clock_offset_ns_;
-      work.endTime = record.end_ns + clock_offset_ns_;
+      work.startTime = work_start;
+      work.endTime = work_end;
       work.id = id;
       work.device = record.device;
       work.resource = static_cast<int32_t>(lane);
       work.threadId = static_cast<int32_t>(lane);
       // The graph's span is not device time (its nodes are): not linked.
       work.linked = record.kind == Kind::Graph ? nullptr : op;
-      if (!node) {
+      if (with_flow) {
         work.flow.id = static_cast<uint32_t>(record.launch_id);
         work.flow.type = libkineto::kLinkAsyncCpuGpu;
         work.flow.start = 0;
@@ -227,14 +254,6 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
       if (record.failed) work.addMetadata("failed", "true");
       logger.handleActivity(work);
 
-      if (record.user_correlation_id != 0) {
-        auto [span, inserted] = ranges.try_emplace({record.user_correlation_id, lane},
-                                                   work.startTime, work.endTime);
-        if (!inserted) {
-          span->second.first = std::min(span->second.first, work.startTime);
-          span->second.second = std::max(span->second.second, work.endTime);
-        }
-      }
     }
     for (const auto& [key, span] : ranges) {
       const libkineto::ITraceActivity* range =
@@ -278,6 +297,9 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
   void popUserCorrelationId() override { flex::activity::popUserCorrelationId(); }
 
  private:
+  bool wants(ActivityType type) const { return wanted_.count(type) != 0; }
+
+  const std::set<ActivityType> wanted_;
   int64_t clock_offset_ns_ = 0;
   int64_t start_ns_ = 0;  // runtime clock
   int64_t end_ns_ = 0;
@@ -295,10 +317,17 @@ class SpyreActivityProfiler final : public libkineto::IActivityProfiler {
 
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
       const std::set<ActivityType>& activity_types, const libkineto::Config& /*config*/) override {
-    const bool wanted = std::any_of(activity_types.begin(), activity_types.end(),
-                                    [this](ActivityType t) { return activities_.count(t) != 0; });
-    if (!wanted) return nullptr;
-    return std::make_unique<SpyreActivityProfilerSession>();
+    std::set<ActivityType> wanted;
+    std::set_intersection(activity_types.begin(), activity_types.end(), activities_.begin(),
+                          activities_.end(), std::inserter(wanted, wanted.end()));
+    if (wanted.empty()) return nullptr;
+    // Event records and waits and gates are CUDA_SYNC activities, a kind torch's
+    // PrivateUse1 group cannot name in a filter: they come with a profile that
+    // records every device kind (no filter), and are left out of a filtered one.
+    if (std::includes(wanted.begin(), wanted.end(), kDeviceKinds.begin(), kDeviceKinds.end())) {
+      wanted.insert(ActivityType::CUDA_SYNC);
+    }
+    return std::make_unique<SpyreActivityProfilerSession>(std::move(wanted));
   }
 
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
@@ -308,6 +337,10 @@ class SpyreActivityProfiler final : public libkineto::IActivityProfiler {
   }
 
  private:
+  // What a filter can ask of the device side ({PrivateUse1: [...]}), CUDA_SYNC aside.
+  const std::set<ActivityType> kDeviceKinds{ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY,
+                                            ActivityType::GPU_MEMSET,
+                                            ActivityType::GPU_USER_ANNOTATION};
   const std::string name_{"spyre"};
   const std::set<ActivityType> activities_{
       ActivityType::CONCURRENT_KERNEL, ActivityType::GPU_MEMCPY, ActivityType::GPU_MEMSET,

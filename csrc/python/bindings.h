@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include <pybind11/pybind11.h>
@@ -21,6 +22,8 @@ StreamKey key(const SpyreStream& stream);
 // Every device index from Python is checked before it narrows to
 // c10::DeviceIndex (an int8_t: 256 would wrap to spyre:0).
 c10::DeviceIndex deviceArg(int64_t index);
+// The ValueError text for an index below -1 (-1 is the current device, as on CUDA).
+std::string negativeDeviceIndexMessage(const std::string& index);
 // A device argument as upstream's bindings take it: None (the current
 // device), an int, a str or a torch.device, of type spyre.
 c10::DeviceIndex deviceFromPython(const py::handle& device);
@@ -39,6 +42,7 @@ void bindStreams(py::module_& m);           // stream_bindings.cpp (host-compute
 void bindEvents(py::module_& m);            // event_bindings.cpp
 void bindGenerators(py::module_& m);        // generator_bindings.cpp
 void bindHostMemory(py::module_& m);        // memory_bindings.cpp
+void bindMemoryHistory(py::module_& m);     // memory_history_bindings.cpp
 void bindCompiledKernels(py::module_& m);   // compiled_kernel_bindings.cpp
 void bindCollectives(py::module_& m);      // collective_bindings.cpp (gloo, no Python objects)
 void bindSanitizer(py::module_& m);        // sanitizer_bindings.cpp

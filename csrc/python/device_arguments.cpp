@@ -29,6 +29,11 @@ PyObject* checkedTorchStreamNew(PyTypeObject* type, PyObject* args, PyObject* kw
     const long long type_value = PyLong_AsLongLongAndOverflow(device_type, &overflow);
     if (overflow == 0 && type_value == static_cast<long long>(c10::DeviceType::PrivateUse1)) {
       const long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+      if (overflow < 0 || (overflow == 0 && value < -1)) {
+        PyErr_SetString(PyExc_ValueError,
+                        negativeDeviceIndexMessage(py::str(index).cast<std::string>()).c_str());
+        return nullptr;
+      }
       if (overflow != 0 || value >= kMaxDevices) {  // the one out-of-range message
         try {
           if (overflow != 0) throwInvalidDeviceIndex(py::str(index).cast<std::string>());
@@ -37,12 +42,6 @@ PyObject* checkedTorchStreamNew(PyTypeObject* type, PyObject* args, PyObject* kw
           PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
           return nullptr;
         }
-      }
-      if (value < -1) {
-        PyErr_Format(PyExc_ValueError,
-                     "Invalid device index %S: expected -1 (current device) or an index in [0, %d]",
-                     index, kMaxDevices - 1);
-        return nullptr;
       }
     }
   }
@@ -55,9 +54,15 @@ StreamKey key(const SpyreStream& stream) {
   return {stream.id(), static_cast<int>(stream.device_index())};
 }
 
-// A negative index is the current device, as on CUDA.
+std::string negativeDeviceIndexMessage(const std::string& index) {
+  return "Invalid device index " + index + ": expected -1 (the current device) or an index in [0, " +
+         std::to_string(static_cast<int>(deviceCount())) + ")";
+}
+
+// -1 is the current device, as on CUDA; -2 and below name no device.
 c10::DeviceIndex deviceArg(int64_t index) {
-  if (index < 0) return -1;
+  if (index == -1) return -1;
+  if (index < -1) throw py::value_error(negativeDeviceIndexMessage(std::to_string(index)));
   if (index >= kMaxDevices) checkVisibleDevice(index);  // raises: past every device
   return static_cast<c10::DeviceIndex>(index);
 }

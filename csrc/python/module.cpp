@@ -44,6 +44,7 @@ PYBIND11_MODULE(_C, m) {
   bindGenerators(m);
   bindDeviceProperties(m);
   bindHostMemory(m);
+  bindMemoryHistory(m);
   bindCompiledKernels(m);
   bindCollectives(m);
   bindSanitizer(m);

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "aten/autograd_exit.h"
+#include "device/card_rules.h"
 #include "python/bindings.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
@@ -22,10 +23,14 @@ void bindRuntime(py::module_& m) {
   // Limits and ids defined once, in C++; torch_spyre reads them from here.
   m.attr("_max_devices") = static_cast<int>(kMaxDevices);
   m.def("_bound_device", [] { return static_cast<int>(boundDevice()); });
-  // Raises the one out-of-range message for a Python int of any size.
+  // Raises the one message for an index that names no device, for a Python int of any
+  // size: below -1 (ValueError) or past the visible devices (RuntimeError).
   m.def("_check_device_index", [](const py::int_& index) {
     int overflow = 0;
     const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow < 0 || (overflow == 0 && value < -1)) {
+      throw py::value_error(negativeDeviceIndexMessage(py::str(index).cast<std::string>()));
+    }
     if (overflow != 0) throwInvalidDeviceIndex(py::str(index).cast<std::string>());
     if (value >= 0) checkVisibleDevice(value);
   });
@@ -62,7 +67,10 @@ void bindDeviceProperties(py::module_& m) {
     result["engines"] = properties.engines;
     result["dma_engines"] = properties.dma_engines;
     return result;
-  });
+  });  // The card's rules (device/card_rules.h) and upstream's downcast warning.
+  m.def("_card_rules", &cardRules);
+  m.def("_get_downcast_warning", &downcastWarning);
+  m.def("_set_downcast_warning", &setDowncastWarning);
 }
 
 }  // namespace spyre::python

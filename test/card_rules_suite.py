@@ -1,0 +1,287 @@
+"""The card-rules tier: run with TORCH_SPYRE_CARD_RULES=1 (test/test_card_rules.py runs this
+file so in a subprocess; by hand:
+TORCH_SPYRE_CARD_RULES=1 python -m pytest test/card_rules_suite.py).
+The file name does not match test_*.py, so the ordinary run, where the switch is off, does not
+collect it.
+
+It checks, with exact values and messages, the behaviour upstream torch-spyre's tests expect of
+a card (tests/test_spyre.py, class TestSpyre: test_allocation_and_copy_dtypes,
+test_cross_device_copy_dtypes, test_cross_device_copy_scalar_fill with zeros and ones,
+test_warning_emitted_when_enabled, test_allocation_size): float64 refused at allocation and at
+host copies, each card dtype allocated and copied both ways bit for bit (int64 through int32,
+with the downcast warning), zero and one scalars likewise, the warning given when enabled and
+silent when disabled, a 128-byte stick for two float16 values; and each card rule beyond those.
+Upstream's code is not here: its tests were run against this tier's switch by hand
+(docs/development.md, "Tests")."""
+
+import os
+import re
+import warnings
+from contextlib import contextmanager
+
+import pytest
+import torch
+from torch.testing._internal.common_utils import set_warn_always_context
+
+if os.environ.get("TORCH_SPYRE_CARD_RULES") != "1":
+    pytest.skip("the card-rules tier runs with TORCH_SPYRE_CARD_RULES=1", allow_module_level=True)
+
+
+CARD_DTYPES = (
+    "torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64 (stored as int32), "
+    "torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2fnuz"
+)
+DOWNCAST_WARNING = (
+    "spyre: a Spyre card does not support int64; int64 tensors are stored as int32 on the device "
+    "(TORCH_SPYRE_CARD_RULES=1), so values outside the int32 range change: they keep their low 32 "
+    "bits (2**31 becomes -2**31). Silence this with torch.spyre.set_downcast_warning(False), "
+    "warnings.filterwarnings(...) or TORCH_SPYRE_DOWNCAST_WARN=0."
+)
+
+
+def refused(what, dtype):
+    """The exact RuntimeError message for a dtype the card does not hold."""
+    return re.escape(f"spyre cannot {what} dtype {dtype}: a Spyre card does not support it "
+                     f"(TORCH_SPYRE_CARD_RULES=1); the card supports {CARD_DTYPES}") + "$"
+
+
+@contextmanager
+def recorded_warnings():
+    """Every warning, TORCH_WARN_ONCE ones included (as upstream's tests record them)."""
+    with set_warn_always_context(True), warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        yield rec
+
+
+def downcast_warnings(rec):
+    # The C++ warning ends with where it was raised: "(Triggered internally at ...)".
+    return [w for w in rec if str(w.message).startswith(DOWNCAST_WARNING)]
+
+
+def card_values(dtype):
+    """64x64 values `dtype` holds exactly (floats are rounded on the host), so a copy to the device
+    and back must give the same bits; int64 ones stay in int16's range, which int32 keeps."""
+    if dtype == torch.bool:
+        values = torch.arange(4096) % 3 == 0
+    elif dtype == torch.int64:
+        values = torch.arange(4096) * 16 - 32768
+    elif dtype.is_floating_point:
+        values = torch.linspace(-3.0, 3.0, 4096).to(dtype)
+    else:
+        values = (torch.arange(4096) % 256 - 128).to(dtype)
+    return values.reshape(64, 64)
+
+
+def same_bits(a, b):
+    # Bytes, not values: exact for every dtype, float8 included (torch.equal lacks it).
+    return (a.dtype == b.dtype and a.shape == b.shape
+            and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+
+
+@pytest.fixture
+def downcast_warning_on():
+    # On during the test whatever ran before; on again after it, whatever the test set.
+    torch.spyre.set_downcast_warning(True)
+    yield
+    torch.spyre.set_downcast_warning(True)
+
+
+def test_the_switch_reads_on():
+    assert torch.spyre.card_rules() is True
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64, torch.uint16, torch.float8_e5m2])
+def test_a_dtype_the_card_lacks_is_refused_at_allocation(dtype):
+    for make in (lambda: torch.empty(64, dtype=dtype, device="spyre"),
+                 lambda: torch.empty(64, dtype=dtype).to("spyre"),
+                 lambda: torch.zeros(4, device="spyre").to(dtype)):
+        with pytest.raises(RuntimeError, match="^" + refused("allocate a tensor of", dtype)):
+            make()
+
+
+# float16, float32, bool, int8, bfloat16: upstream's allocation list; float8_e4m3fn and int64:
+# its copy list.
+ROUND_TRIP_DTYPES = [torch.float16, torch.float32, torch.bool, torch.int8, torch.bfloat16,
+                     torch.float8_e4m3fn, torch.int64]
+
+
+@pytest.mark.parametrize("dtype", ROUND_TRIP_DTYPES)
+def test_a_card_dtype_allocates_and_copies_both_ways_bit_for_bit(dtype, downcast_warning_on):
+    allocated = torch.empty(64, dtype=dtype, device="spyre")
+    assert (allocated.device.type, allocated.dtype, allocated.shape) == ("spyre", dtype, (64,))
+    fetched = allocated.cpu()
+    assert (fetched.device.type, fetched.dtype, fetched.shape) == ("cpu", dtype, (64,))
+
+    host = card_values(dtype)
+    with recorded_warnings() as rec:
+        sent = host.to("spyre")
+    assert (sent.device.type, sent.dtype) == ("spyre", dtype)
+    assert same_bits(sent.cpu(), host)
+    expected_warnings = 1 if dtype == torch.int64 else 0  # int64 narrows, even to equal values
+    assert len(downcast_warnings(rec)) == len(rec) == expected_warnings
+
+
+@pytest.mark.parametrize("factory, value", [(torch.zeros, 0), (torch.ones, 1)],
+                         ids=["zeros", "ones"])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bool, torch.int64, torch.float8_e4m3fn,
+                                   torch.float16, torch.float32])
+def test_zero_and_one_scalars_copy_both_ways(factory, value, dtype, downcast_warning_on):
+    host = factory((), dtype=dtype)
+    with recorded_warnings() as rec:
+        sent = host.to("spyre")
+    assert (sent.device.type, sent.dtype, sent.ndim, sent.numel()) == ("spyre", dtype, 0, 1)
+    back = sent.cpu()
+    assert (back.dtype, back.ndim, back.numel()) == (dtype, 0, 1)
+    assert same_bits(back, host) and back.float().item() == value
+    assert len(downcast_warnings(rec)) == len(rec) == (1 if dtype == torch.int64 else 0)
+    # The same scalar filled on the device (no copy, and 0 and 1 fit int32: no warning).
+    with recorded_warnings() as rec:
+        filled = factory((), dtype=dtype, device="spyre")
+    assert same_bits(filled.cpu(), host)
+    assert [str(w.message) for w in rec] == []
+
+
+def test_an_op_whose_result_the_card_lacks_is_refused():
+    with pytest.raises(RuntimeError, match="^" + refused("allocate a tensor of", torch.float64)):
+        torch.ones(3, device="spyre").sum(dtype=torch.float64)
+
+
+def test_copies_refuse_a_host_side_dtype_the_card_lacks():
+    device = torch.zeros(4, device="spyre")
+    message = "^" + refused("copy to or from a cpu tensor of", torch.float64)
+    with pytest.raises(RuntimeError, match=message):
+        device.copy_(torch.ones(4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match=message):
+        torch.ones(4, dtype=torch.float64).copy_(device)
+    assert device.cpu().tolist() == [0.0] * 4  # nothing was copied
+
+
+def test_int64_is_stored_as_int32_values_narrowed_as_a_c_cast(downcast_warning_on):
+    values = [2**31 - 1, 2**31, -(2**31) - 1, -(2**31), 2**40 + 3, -(2**35), 0, -1]
+    host = torch.tensor(values, dtype=torch.int64)
+    with recorded_warnings() as rec:
+        device = host.to("spyre")
+    assert device.dtype == torch.int64  # the tensor reports int64, as upstream's tests expect
+    back = device.cpu()
+    assert back.dtype == torch.int64
+    assert back.tolist() == [2**31 - 1, -(2**31), 2**31 - 1, -(2**31), 3, 0, 0, -1]
+    assert back.tolist() == host.to(torch.int32).tolist()  # CPU's own int64 -> int32 conversion
+    assert len(downcast_warnings(rec)) == 1 and len(rec) == 1
+    assert rec[0].category is UserWarning
+
+
+def test_the_downcast_warning_when_enabled_names_int64_once_per_copy(downcast_warning_on):
+    torch.spyre.set_downcast_warning(True)
+    assert torch.spyre.get_downcast_warning() is True
+    host = card_values(torch.int64)
+    with recorded_warnings() as rec:
+        sent = host.to("spyre")
+        sent_again = host.to("spyre")  # warn-always mode: each copy warns
+    assert len(downcast_warnings(rec)) == len(rec) == 2
+    assert "does not support int64" in str(rec[0].message)
+    assert torch.equal(sent.cpu(), host) and torch.equal(sent_again.cpu(), host)
+
+
+def test_set_downcast_warning_false_silences_the_warning_not_the_narrowing(downcast_warning_on):
+    torch.spyre.set_downcast_warning(False)
+    assert torch.spyre.get_downcast_warning() is False
+    with recorded_warnings() as rec:
+        back = torch.tensor([2**31], dtype=torch.int64).to("spyre").cpu()
+    assert back.tolist() == [-(2**31)]
+    assert [str(w.message) for w in rec] == []
+
+
+def test_copies_that_do_not_narrow_do_not_warn():
+    with recorded_warnings():
+        device = torch.tensor([2**31 - 1, -(2**31)], dtype=torch.int64).to("spyre")
+    with recorded_warnings() as rec:
+        int32 = torch.tensor([7, -7], dtype=torch.int32).to("spyre")
+        assert device.cpu().tolist() == [2**31 - 1, -(2**31)]  # device to host
+        copy = device.clone()  # int64 to int64 on the device: already int32 values
+        same = torch.empty(2, dtype=torch.int64, device="spyre").copy_(device)
+    assert [str(w.message) for w in rec] == []
+    assert int32.cpu().tolist() == [7, -7]
+    assert copy.cpu().tolist() == same.cpu().tolist() == [2**31 - 1, -(2**31)]
+
+
+def test_a_conversion_into_int64_on_the_device_narrows():
+    big = torch.full((3,), 3e9, device="spyre")
+    with recorded_warnings() as rec:
+        narrowed = big.to(torch.int64)
+    assert narrowed.cpu().tolist() == [3_000_000_000 - 2**32] * 3
+    assert len(downcast_warnings(rec)) == 1
+
+
+def test_fills_of_int64_narrow_and_warn_only_when_the_value_changes():
+    with recorded_warnings() as rec:
+        inside = torch.full((2,), 2**31 - 1, dtype=torch.int64, device="spyre")
+    assert [str(w.message) for w in rec] == []
+    with recorded_warnings() as rec:
+        outside = torch.full((2,), 2**31, dtype=torch.int64, device="spyre")
+        strided = torch.zeros(4, dtype=torch.int64, device="spyre")
+        strided[::2].fill_(-(2**31) - 1)  # not dense: the CPU fill on the device timeline
+    assert len(downcast_warnings(rec)) == 2
+    assert inside.cpu().tolist() == [2**31 - 1] * 2
+    assert outside.cpu().tolist() == [-(2**31)] * 2
+    assert strided.cpu().tolist() == [2**31 - 1, 0, 2**31 - 1, 0]
+
+
+def test_random_int64_draws_are_narrowed():
+    drawn = torch.randint(2**31, 2**31 + 1, (4,), dtype=torch.int64, device="spyre")
+    assert drawn.cpu().tolist() == [-(2**31)] * 4
+
+
+def test_int64_arithmetic_on_the_device_is_not_narrowed():
+    # Not emulated (docs/tensors.md, "Running like a card"): ops compute int64
+    # results in 64 bits; a card computes them in int32.
+    with recorded_warnings():
+        x = torch.tensor([2**30], dtype=torch.int64, device="spyre")
+    assert (x * 4).cpu().tolist() == [2**32]
+    assert torch.arange(3, device="spyre").argmax().cpu().item() == 2
+
+
+@pytest.mark.parametrize("make, nbytes", [
+    (lambda: torch.tensor(1.0, device="spyre"), 128),
+    (lambda: torch.empty(0, device="spyre"), 0),
+    (lambda: torch.empty(32, device="spyre"), 128),
+    (lambda: torch.empty(33, device="spyre"), 256),
+    (lambda: torch.empty(2, dtype=torch.int64, device="spyre"), 128),
+    (lambda: torch.empty_strided((2,), (2,), dtype=torch.float16, device="spyre"), 128),
+    (lambda: torch.ones(3, device="spyre") + 1, 128),  # an op's result
+    (lambda: torch.ones(100, dtype=torch.int8).to("spyre"), 128),
+])
+def test_allocations_come_in_128_byte_sticks(make, nbytes):
+    assert make().untyped_storage().nbytes() == nbytes
+
+
+def test_two_float16_values_take_a_stick_where_cpu_takes_their_four_bytes():
+    on_device = torch.tensor([1, 2], dtype=torch.float16, device="spyre")
+    assert on_device.untyped_storage().nbytes() == 128
+    assert torch.tensor([1, 2], dtype=torch.float16).untyped_storage().nbytes() == 4
+
+
+def test_a_tensor_that_grows_grows_in_sticks():
+    t = torch.ones(2, device="spyre")
+    t.resize_(33)
+    assert t.untyped_storage().nbytes() == 256
+    assert t[:2].cpu().tolist() == [1.0, 1.0]
+    out = torch.empty(0, device="spyre")
+    torch.add(torch.ones(3, device="spyre"), 1, out=out)  # an out= result resized by the op
+    assert out.untyped_storage().nbytes() == 128
+    assert out.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_an_explicit_storage_resize_keeps_the_bytes_asked_for():
+    # What FSDP2 does with parameter storages: resize_(0) frees, resize_(n) must give n.
+    storage = torch.ones(2, device="spyre").untyped_storage()
+    storage.resize_(0)
+    assert storage.nbytes() == 0
+    storage.resize_(12)
+    assert storage.nbytes() == 12
+
+
+def test_the_capability_lists_the_card_set():
+    card = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+            torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2fnuz}
+    assert torch.accelerator.get_device_capability("spyre")["supported_dtypes"] == card
+    assert torch.spyre.get_device_capability()["supported_dtypes"] == card

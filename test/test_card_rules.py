@@ -1,0 +1,71 @@
+"""The card's data-type rules (docs/tensors.md, "Running like a card"): the card-rules tier
+(test/card_rules_suite.py, run here in a subprocess with TORCH_SPYRE_CARD_RULES=1), a bad
+value of the switch, and the default, where every dtype works and results equal CPU's."""
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing._internal.common_utils import set_warn_always_context
+
+from conftest import DEVICE_ENV, run_python
+
+ROOT = Path(__file__).resolve().parent.parent
+# The tier's tests, parametrized cases counted one by one.
+CARD_RULES_TESTS = 46
+
+
+@pytest.mark.timeout(240)
+def test_the_card_rules_tier_passes():
+    env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
+    env["TORCH_SPYRE_CARD_RULES"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test/card_rules_suite.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=220)
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    assert proc.returncode == 0 and re.fullmatch(rf"{CARD_RULES_TESTS} passed in [0-9.]+s", summary), (
+        f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+
+
+def test_a_bad_value_of_the_switch_is_refused_naming_it():
+    proc = run_python("""
+        import torch
+        for call in (torch.spyre.card_rules, lambda: torch.empty(2, device="spyre")):
+            try:
+                call()
+            except ValueError as e:
+                print(str(e).splitlines()[0])
+    """, env={"TORCH_SPYRE_CARD_RULES": "yes"})
+    message = ("TORCH_SPYRE_CARD_RULES='yes' is not a valid setting (expected 1: the card's "
+               "data-type rules, or 0 / unset: every dtype, results equal to CPU's)")
+    assert proc.stdout.splitlines() == [message, message]
+
+
+# ---------------------------------------------------------------- the default: switch off
+
+
+def test_by_default_the_rules_are_off():
+    assert torch.spyre.card_rules() is False
+    supported = torch.accelerator.get_device_capability("spyre")["supported_dtypes"]
+    assert {torch.float64, torch.complex128, torch.uint64} <= supported
+
+
+def test_by_default_float64_and_int64_keep_every_bit_without_a_warning():
+    doubles = torch.tensor([0.1, 2.0**60 + 2.0**8], dtype=torch.float64)
+    longs = torch.tensor([2**31, -(2**31) - 1, 2**40 + 3], dtype=torch.int64)
+    with set_warn_always_context(True), warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        assert torch.equal(doubles.to("spyre").cpu(), doubles)
+        assert longs.to("spyre").cpu().tolist() == [2**31, -(2**31) - 1, 2**40 + 3]
+        assert torch.full((1,), 2**31, dtype=torch.int64, device="spyre").cpu().tolist() == [2**31]
+    assert [str(w.message) for w in rec] == []
+
+
+def test_by_default_storages_hold_the_bytes_asked_for():
+    assert torch.tensor([1, 2], dtype=torch.float16, device="spyre").untyped_storage().nbytes() == 4
+    assert (torch.ones(3, device="spyre") + 1).untyped_storage().nbytes() == 12
