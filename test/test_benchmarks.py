@@ -47,6 +47,7 @@ ROWS = {
     "profiler.launch_add_1k",
     "profiler.launch_vs_cpu_profile",
     "process.first_result",
+    "timing.card_add_1k",
 }
 
 
