@@ -377,3 +377,22 @@ def test_validation_against_upstreams_documented_figures():
         assert abs(got[name] - figure) <= rms * figure, (name, got[name], figure)
     assert got["softmax_4096x2048_us"] == pytest.approx(320.0, abs=0.05)
     assert math.isclose(got["neg_effective_gb_per_s"], 2 / (2 / 150 + 0.00574), rel_tol=1e-5)  # whole ns
+
+
+def test_a_graph_replay_places_its_nodes_one_after_the_other():
+    got = run_card(f"""
+        dev = torch.empty({MIB64}, dtype=torch.uint8, device="spyre")
+        other = torch.empty_like(dev)
+        s = torch.spyre.Stream()
+        g = torch.spyre.Graph()
+        torch.spyre.synchronize()
+        with torch.spyre.graph(g, stream=s):
+            other.copy_(dev)
+            dev.copy_(other)
+            other.fill_(1)
+        torch.spyre.synchronize()
+        print(json.dumps(timed(g.replay)))
+    """)
+    p = profile()
+    fill = round(memory_ns(p, 0, MIB64)) / 1e6
+    assert got == pytest.approx(2 * d2d_ms(p, MIB64) + fill, abs=1e-9)
