@@ -396,3 +396,36 @@ def test_a_graph_replay_places_its_nodes_one_after_the_other():
     p = profile()
     fill = round(memory_ns(p, 0, MIB64)) / 1e6
     assert got == pytest.approx(2 * d2d_ms(p, MIB64) + fill, abs=1e-9)
+
+
+@pytest.mark.timeout(300)
+def test_a_collective_takes_its_link_time_on_the_groups_stream(tmp_path):
+    from _helpers import PRELUDE as RANK_PRELUDE, rank_results, torchrun
+
+    torchrun(tmp_path, RANK_PRELUDE + f"""
+dist.init_process_group("spyreccl")
+torch.spyre.set_device(LOCAL_RANK)
+x = torch.ones({MIB64 // 4}, device="spyre")
+torch.spyre.synchronize()
+torch.spyre.card_summary(reset=True)
+start, end = torch.spyre.Event(enable_timing=True), torch.spyre.Event(enable_timing=True)
+start.record()
+dist.all_reduce(x)
+end.record()
+end.synchronize()
+summary = torch.spyre.card_summary()
+out["value"] = x[0].item()
+out["elapsed"] = start.elapsed_time(end)
+out["collective_ms"] = summary["collective_ms"]
+save()
+dist.destroy_process_group()
+""", env=CARD, timeout=280)
+    p = profile()
+    # A ring all-reduce over 2 cards sends 2 (2 - 1) / 2 of the bytes over each card's link.
+    link_ms = round(MIB64 / p["collective_link_gb_per_s"]) / 1e6
+    for result in rank_results(tmp_path):
+        assert result["value"] == 2.0
+        assert result["collective_ms"] == link_ms
+        # The caller's stream waits for the group's stream: nothing else ran (gloo used the
+        # tensor's device memory in place, no staging copies).
+        assert result["elapsed"] == link_ms

@@ -1,6 +1,8 @@
 """The card time model (FLEX_STUB_TIMING=card, docs/timing.md): the profile of
 the card it predicts and a summary of the modeled timeline."""
 
+import torch
+
 from . import _C
 
 
@@ -51,3 +53,43 @@ def card_summary(reset: bool = False) -> dict:
         "overlap_saved_ms": (raw["busy_ns"] - raw["union_ns"]) * ms,
         "streams": {stream: busy * ms for stream, busy in sorted(raw["streams"].items())},
     }
+
+
+# Bytes each card sends over its link, as a multiple of the collective's bytes
+# B (the spyre tensors it writes) on `world` cards: ring algorithms for the
+# all-to-all patterns, one transfer of B for the rooted ones (docs/timing.md).
+_LINK_FACTORS = {
+    "allreduce": lambda w: 2 * (w - 1) / w,
+    "allgather": lambda w: (w - 1) / w,
+    "all_gather_single": lambda w: (w - 1) / w,
+    "all_gather_single_coalesced": lambda w: (w - 1) / w,
+    "all_to_all_single": lambda w: (w - 1) / w,
+    "reduce_scatter_single": lambda w: w - 1,  # B is one shard
+    "reduce_scatter_single_coalesced": lambda w: w - 1,
+}
+
+
+def _spyre_bytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.nbytes if value.device.type == "spyre" else 0
+    if isinstance(value, (list, tuple)):
+        return sum(_spyre_bytes(v) for v in value)
+    return 0
+
+
+def _link_bytes(name: str, outputs, world: int) -> int:
+    if world <= 1:
+        return 0
+    factor = _LINK_FACTORS.get(name, lambda w: 1)(world)
+    return int(round(factor * _spyre_bytes(outputs)))
+
+
+def _charge_collective(comm, name: str, outputs, world: int) -> None:
+    """With card timing: the collective on the modeled timeline of `comm` (the
+    group's stream), after the caller's stream reaches the call. The emulator
+    runs the collective on the host; this only adds its modeled link time."""
+    called = torch.spyre.Event()
+    called.record(torch.spyre.current_stream())
+    comm.wait_event(called)
+    _C._card_collective(comm.stream_id, comm.device_index, f"spyreccl:{name}",
+                        _link_bytes(name, outputs, world))

@@ -92,6 +92,11 @@ void bindCardTiming(py::module_& m) {
     d["streams"] = streams;
     return d;
   });
+  m.def("_card_collective",
+        [](c10::StreamId id, int64_t device, const std::string& name, uint64_t link_bytes) {
+          flex::card::launchCollective(SpyreStream(fromKey(id, device)).resolveRuntimeHandle(),
+                                       name, link_bytes);
+        });
   m.def("_card_reset", [] {
     ensureDevice(currentDevice());
     flex::card::reset();

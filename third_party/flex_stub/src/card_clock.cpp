@@ -9,6 +9,7 @@
 #include "completion.hpp"
 #include "context_impl.hpp"
 #include "env.hpp"
+#include "stream_impl.hpp"
 
 namespace flex {
 namespace card {
@@ -74,10 +75,8 @@ int64_t fillNs(const Profile& p, uint64_t bytes) {
   return roundNs(memoryNs(p, 0, static_cast<double>(bytes), p.memory_gb_per_s));
 }
 
-int64_t allReduceNs(const Profile& p, uint64_t bytes, int world) {
-  if (world <= 1) return 0;
-  return roundNs(2.0 * (world - 1) / world * static_cast<double>(bytes) /
-                 p.collective_link_gb_per_s);
+int64_t collectiveNs(const Profile& p, uint64_t link_bytes) {
+  return roundNs(static_cast<double>(link_bytes) / p.collective_link_gb_per_s);
 }
 
 namespace {
@@ -91,6 +90,17 @@ detail::CardClock& clockOrThrow(const char* what) {
   return *context->impl()->card_clock;
 }
 }  // namespace
+
+void launchCollective(RuntimeStream* stream, const std::string& name, uint64_t link_bytes) {
+  clockOrThrow("launchCollective");
+  if (!stream) throw Error("flex: card::launchCollective: stream is null");
+  detail::Op op;
+  op.kind = detail::OpKind::Delay;  // zero host time: the host ran the collective
+  op.collective = true;
+  op.bytes = link_bytes;
+  op.name = name;
+  stream->impl()->enqueue(std::move(op));
+}
 
 Summary summary() { return clockOrThrow("summary").summary(); }
 void reset() { clockOrThrow("reset").reset(); }
@@ -114,8 +124,9 @@ card::Profile cardProfileFromEnv() {
   return profile;
 }
 
-CardClock::Resource CardClock::resourceOf(OpKind kind) {
-  switch (kind) {
+CardClock::Resource CardClock::resourceOf(const Op& op) {
+  if (op.collective) return kLink;
+  switch (op.kind) {
     case OpKind::Compute: return kCores;
     case OpKind::D2D:
     case OpKind::Fill: return kDma;
@@ -132,7 +143,8 @@ int64_t CardClock::durationNs(const Op& op) const {
     case OpKind::D2H: return card::hostLinkNs(profile_, op.bytes);
     case OpKind::D2D: return card::deviceCopyNs(profile_, op.bytes);
     case OpKind::Fill: return card::fillNs(profile_, op.bytes);
-    case OpKind::Delay: return op.delay.count();
+    case OpKind::Delay:
+      return op.collective ? card::collectiveNs(profile_, op.bytes) : op.delay.count();
     default: return 0;  // host callbacks, records, waits, gates take no card time
   }
 }
@@ -148,7 +160,7 @@ int64_t& CardClock::tailLocked(uint64_t stream_id) {
 std::pair<int64_t, int64_t> CardClock::placeLocked(uint64_t stream_id, const Op& op,
                                                    int64_t ready_ns) {
   const int64_t duration = durationNs(op);
-  const Resource resource = resourceOf(op.kind);
+  const Resource resource = resourceOf(op);
   int64_t start = ready_ns;
   if (resource != kNone) start = std::max(start, free_at_[resource]);
   const int64_t end = start + duration;
@@ -156,6 +168,7 @@ std::pair<int64_t, int64_t> CardClock::placeLocked(uint64_t stream_id, const Op&
   if (duration > 0) {
     busy_[stream_id] += duration;
     const Category category = op.kind == OpKind::Compute ? kCompute
+                              : op.collective              ? kCollective
                               : resource != kNone          ? kCopy
                                                            : kOther;
     by_category_[category] += duration;

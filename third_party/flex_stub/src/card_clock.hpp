@@ -6,7 +6,7 @@
 //               the moment its resource is free)        end = start + duration
 //
 // Resources: the compute cores (kernels), the on-card DMA (D2D, fills), the
-// host link's two directions (H2D, D2H). A resource runs one operation at a
+// host link's two directions (H2D, D2H), the card-to-card link (collectives). A resource runs one operation at a
 // time, in launch order; operations on different resources overlap. Event
 // records take the stream's tail; waits move the stream's tail to the
 // record's time; host waits move the host time to what they waited for.
@@ -54,11 +54,11 @@ class CardClock {
   void reset();
 
  private:
-  enum Resource : int { kNone = -1, kCores = 0, kDma, kLinkIn, kLinkOut, kResources };
+  enum Resource : int { kNone = -1, kCores = 0, kDma, kLinkIn, kLinkOut, kLink, kResources };
   enum Category : int { kCompute, kCopy, kCollective, kOther };
 
   int64_t durationNs(const Op& op) const;
-  static Resource resourceOf(OpKind kind);
+  static Resource resourceOf(const Op& op);
   // Places one operation that takes time; returns its end.
   std::pair<int64_t, int64_t> placeLocked(uint64_t stream_id, const Op& op, int64_t ready_ns);
   int64_t& tailLocked(uint64_t stream_id);

@@ -81,6 +81,7 @@ struct Op {
   LaunchInfo launch;
   // The card time model (card_clock.hpp), only with FLEX_STUB_TIMING=card:
   WorkCost cost;               // a kernel's multiply-adds and bytes
+  bool collective = false;     // a Delay that stands for a collective (card::launchCollective)
   int64_t card_start = 0;      // modeled start and end (ns)
   int64_t card_end = 0;
   std::vector<std::pair<int64_t, int64_t>> card_nodes;  // a graph launch's nodes

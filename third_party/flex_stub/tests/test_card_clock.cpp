@@ -56,8 +56,7 @@ TEST(card_durations_follow_the_profile) {
   rows.access = WorkCost::Access::Reduction;
   rows.rows = 1;
   CHECK_EQ(flex::card::computeNs(p, rows, 0), 1000);  // capped at the one-way rate
-  CHECK_EQ(flex::card::allReduceNs(p, 63015, 2), 1000);
-  CHECK_EQ(flex::card::allReduceNs(p, 63015, 1), 0);
+  CHECK_EQ(flex::card::collectiveNs(p, 63015), 1000);
 }
 
 TEST(card_timing_is_off_by_default_and_refuses_other_values) {

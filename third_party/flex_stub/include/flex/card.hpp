@@ -48,9 +48,17 @@ int64_t computeNs(const Profile& p, const WorkCost& cost, uint64_t fallback_byte
 int64_t hostLinkNs(const Profile& p, uint64_t bytes);    // H2D, D2H
 int64_t deviceCopyNs(const Profile& p, uint64_t bytes);  // D2D: read + write
 int64_t fillNs(const Profile& p, uint64_t bytes);        // write only
-// A ring all-reduce of `bytes` over `world` cards: 2 (world - 1) / world
-// of the bytes cross each card's link.
-int64_t allReduceNs(const Profile& p, uint64_t bytes, int world);
+// A collective that sends `link_bytes` over each card's link (the caller
+// applies the algorithm's factor, e.g. 2 (world - 1) / world of the tensor's
+// bytes for a ring all-reduce).
+int64_t collectiveNs(const Profile& p, uint64_t link_bytes);
+
+// Puts a collective on `stream`'s modeled timeline: an operation that takes
+// collectiveNs(link_bytes) of card time on the collective link and no host
+// time (the emulator runs collectives on the host, outside the streams).
+// Named `name` in the trace (kind "delay"). Throws flex::Error when the card
+// time model is off.
+void launchCollective(RuntimeStream* stream, const std::string& name, uint64_t link_bytes);
 
 struct StreamBusy {
   uint64_t stream_id = 0;
