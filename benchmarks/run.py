@@ -26,6 +26,7 @@ import native
 import profiling
 import python_api
 import round_trip
+import timing
 
 
 def format_value(value, unit):
@@ -118,6 +119,7 @@ def main(argv=None):
         + profiling.rows(args.quick, repeats, selected)
         + first_result.rows(args.quick, repeats, selected)
         + first_result.new_shapes_rows(args.quick, repeats, selected)
+        + timing.rows(args.quick, repeats, selected)
     )
     info["load_after"] = os.getloadavg()[0]
     print_table(rows, args.markdown)

@@ -10,6 +10,11 @@ exported Chrome trace (chrome://tracing, ui.perfetto.dev) has the host's ops,
 one device lane per stream and arrows from each launch to its device work;
 the PNG timeline is drawn from that trace's device events.
 
+Beside the emulator's time the script prints, and draws, what a Spyre card
+would take for the same program: it runs the pipeline again in a child process
+with FLEX_STUB_TIMING=card (the card time model, docs/timing.md) and reads that
+run's modeled timeline from its FLEX_STUB_TRACE.
+
 Copies take emulated device time: they run at FLEX_STUB_DMA_GBPS, which the
 script sets before torch starts the runtime. Each chunk's kernel is ordinary
 torch code (a layer norm, a linear layer, a GELU, a cast to bfloat16): every
@@ -23,6 +28,9 @@ host goes on queueing the next chunk's copies.
 import argparse
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 
 # Read once, when the runtime starts: set it before importing torch.
@@ -136,6 +144,49 @@ def device_lanes(trace_path, titles):
     return lanes
 
 
+def card_prediction(small):
+    """The same runs on the card time model, in a child process (the model is
+    chosen when the runtime starts): ({title: modeled seconds}, {title: lanes})."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "card_trace.json")
+        env = dict(os.environ, FLEX_STUB_TIMING="card", FLEX_STUB_TRACE=trace)
+        argv = [sys.executable, os.path.abspath(__file__), "--card-windows"] + (["--small"] if small else [])
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=True)
+        windows = json.loads(out.stdout.strip().splitlines()[-1])
+        with open(trace) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    walls, lanes = {}, {}
+    for title, (start_ms, end_ms) in windows.items():
+        start_us, end_us = start_ms * 1e3, end_ms * 1e3
+        by_stream = {}
+        for e in events:
+            if e["cat"] in WORK_KINDS and start_us <= e["ts"] < end_us:
+                by_stream.setdefault(e["tid"], []).append(e)
+        run = {}
+        for tid, ops in sorted(by_stream.items()):
+            name = "stream" if len(by_stream) == 1 else lane_name({op["cat"] for op in ops})
+            run[name] = [(op["cat"], op["ts"] - start_us, op["dur"]) for op in ops]
+        walls[f"card: {title}"] = (end_ms - start_ms) / 1e3
+        lanes[f"card: {title}"] = run
+    return walls, lanes
+
+
+def card_windows(origin, inputs, weight, runs):
+    """Child mode (FLEX_STUB_TIMING=card): each run's modeled [start, end] in ms
+    from `origin`, the first record (modeled time 0, where the trace starts)."""
+    timed_run("warm-up", inputs[:1], weight, runs["3 streams + events"])
+    windows = {}
+    for title, streams in runs.items():
+        start, end = torch.spyre.Event(enable_timing=True), torch.spyre.Event(enable_timing=True)
+        start.record()
+        timed_run(title, inputs, weight, streams)  # ends with a device synchronize
+        end.record()
+        end.synchronize()
+        windows[title] = [origin.elapsed_time(start), origin.elapsed_time(end)]
+    print(json.dumps(windows))
+    return 0
+
+
 def plot_timeline(lanes, walls, path):
     import matplotlib
 
@@ -144,8 +195,9 @@ def plot_timeline(lanes, walls, path):
     from matplotlib.patches import Patch
 
     order = ["copy-in", "compute", "copy-out", "stream"]
+    # The card's panels run on another time scale: each pair shares its own axis.
     fig, axes = plt.subplots(
-        len(lanes), 1, figsize=(9, 3.4), sharex=True,
+        len(lanes), 1, figsize=(9, 1.7 * len(lanes)),
         gridspec_kw={"height_ratios": [len(run) for run in lanes.values()]},
     )
     seen = set()
@@ -159,9 +211,12 @@ def plot_timeline(lanes, walls, path):
                 ax.broken_barh([(start_us / 1e3, dur_us / 1e3)], (row - 0.4, 0.8),
                                facecolors=KIND_COLORS[kind], edgecolors="white", linewidth=0.5)
         ax.set_yticks(range(len(names)), list(reversed(names)))
-        ax.set_title(f"{title}: {walls[title] * 1e3:.0f} ms", loc="left", fontsize=10)
+        card = title.startswith("card: ")
+        unit = "modeled Spyre card" if card else "emulator"
+        ax.set_title(f"{title}: {walls[title] * 1e3:.3g} ms ({unit})", loc="left", fontsize=10)
+        ax.set_xlim(0, max(walls[t] for t in walls if t.startswith("card: ") == card) * 1e3)
         ax.tick_params(labelsize=8)
-    axes[-1].set_xlabel("emulated device time (ms)")
+        ax.set_xlabel(f"{unit} time (ms)", fontsize=8)
     fig.legend(
         handles=[
             Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen
@@ -177,8 +232,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="copy -> compute -> copy on 1 and 3 spyre streams")
     parser.add_argument("--out", default="out", help="output folder (default ./out)")
     parser.add_argument("--small", action="store_true", help="a small, quick run (CI)")
+    parser.add_argument("--card-windows", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    if args.card_windows:
+        origin = torch.spyre.Event(enable_timing=True)
+        origin.record()  # before any device work: modeled time 0
     chunks, elements = SIZES["small" if args.small else "full"]
 
     torch.manual_seed(0)
@@ -188,6 +246,9 @@ def main(argv=None):
     one = torch.spyre.Stream()
     three = [torch.spyre.Stream() for _ in range(3)]  # distinct from `one` and each other
     runs = {"1 stream": (one, one, one), "3 streams + events": tuple(three)}
+    if args.card_windows:
+        return card_windows(origin, inputs, weight, runs)
+    os.makedirs(args.out, exist_ok=True)
 
     timed_run("warm-up", inputs[:1], weight, runs["3 streams + events"])  # engines, kernels
     walls, results = {}, {}
@@ -200,7 +261,9 @@ def main(argv=None):
     trace_path = os.path.join(args.out, "streams_demo_trace.json")
     png_path = os.path.join(args.out, "streams_demo.png")
     prof.export_chrome_trace(trace_path)
-    plot_timeline(device_lanes(trace_path, list(runs)), walls, png_path)
+    card_walls, card_lanes = card_prediction(args.small)
+    plot_timeline({**device_lanes(trace_path, list(runs)), **card_lanes}, {**walls, **card_walls},
+                  png_path)
 
     megabytes = elements * 4 / 2**20
     print(f"{chunks} chunks of {megabytes:g} MiB, DMA {os.environ['FLEX_STUB_DMA_GBPS']} GB/s, "
@@ -210,6 +273,11 @@ def main(argv=None):
     single_s, overlapped_s = walls.values()
     print(f"speed-up from overlap: {single_s / overlapped_s:.2f}x, "
           f"results identical: {identical}")
+    print("on a Spyre card (FLEX_STUB_TIMING=card, modeled: docs/timing.md):")
+    for title, seconds in card_walls.items():
+        print(f"  {title[len('card: '):]:<20} {seconds * 1e3:9.3f} ms")
+    card_single, card_overlapped = card_walls.values()
+    print(f"predicted speed-up from overlap on a card: {card_single / card_overlapped:.2f}x")
     print(f"wrote {trace_path} and {png_path}")
     return 0 if identical else 1
 

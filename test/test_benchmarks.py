@@ -48,6 +48,7 @@ ROWS = {
     "profiler.launch_vs_cpu_profile",
     "process.first_result",
     "process.first_pass_new_shapes",
+    "timing.card_add_1k",
 }
 
 

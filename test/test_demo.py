@@ -28,6 +28,10 @@ def test_demo_small_writes_trace_and_timeline(tmp_path):
     assert re.search(r"speed-up from overlap: \d+\.\d\dx, results identical: True", proc.stdout), (
         proc.stdout
     )
+    # The card's prediction (FLEX_STUB_TIMING=card in a child process, docs/timing.md).
+    assert re.search(r"predicted speed-up from overlap on a card: \d+\.\d\dx", proc.stdout), (
+        proc.stdout
+    )
 
     assert sorted(os.listdir(out)) == ["streams_demo.png", "streams_demo_trace.json"]
     assert (out / "streams_demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

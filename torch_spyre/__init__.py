@@ -95,6 +95,7 @@ from .streams import (  # noqa: F401,E402
     stream,
 )
 from .sync_debug import get_sync_debug_mode, set_sync_debug_mode  # noqa: E402
+from ._timing import card_profile, card_summary, timing_model  # noqa: E402
 
 __all__ = [
     # device
@@ -122,6 +123,8 @@ __all__ = [
     "Graph", "graph", "graph_pool_handle", "is_current_stream_capturing",
     # upstream torch-spyre's
     "get_diagnostic_report", "make_spyre_module",
+    # the card time model
+    "card_profile", "card_summary", "timing_model",
 ]
 
 

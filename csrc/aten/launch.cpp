@@ -6,6 +6,7 @@
 
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,9 @@
 #include "aten/sync_path.h"
 #include "aten/tensor_ref.h"
 #include "aten/work.h"
+#include "aten/work_cost.h"
 #include "runtime/capture.h"
+#include "runtime/costed_launch.h"
 #include "runtime/runtime.h"
 
 namespace spyre {
@@ -134,6 +137,10 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       sanitizer::onLaunch(stream.id(), sanitizer::opName(op),
                           sanitizer::opAccesses(op.schema(), args, fresh));
     }
+    // The card time model prices the kernel from its shapes (before the
+    // arguments move into the work).
+    std::optional<flex::WorkCost> cost;
+    if (C10_UNLIKELY(cardTiming())) cost = workCost(op.schema(), args, returns);
     // Room for the out= variant's outputs too: the engine appends them.
     work->args.reserve(args.size() + plan->outputs.size());
     for (size_t i = 0; i < args.size(); ++i) {
@@ -185,7 +192,13 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         work->prepareReplay();
       }
       // The closure is moved into the runtime, never copied.
-      stream.launchComputeOnCheckedDevice([work = std::move(work)] { work->run(); }, name, bytes);
+      if (C10_UNLIKELY(cost.has_value())) {
+        launchComputeWithCost(stream, [work = std::move(work)] { work->run(); }, name, bytes,
+                              *cost);
+      } else {
+        stream.launchComputeOnCheckedDevice([work = std::move(work)] { work->run(); }, name,
+                                            bytes);
+      }
     }
   }
   for (c10::IValue& r : returns) stack->push_back(std::move(r));

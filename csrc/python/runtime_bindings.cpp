@@ -1,5 +1,8 @@
 // The runtime, the device's properties and its error state (python/bindings.h).
 #include <string>
+#include <unordered_map>
+
+#include <flex/card.hpp>
 
 #include "aten/autograd_exit.h"
 #include "device/card_rules.h"
@@ -7,8 +10,11 @@
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
+#include "runtime/stream.h"
 
 namespace spyre::python {
+
+void bindCardTiming(py::module_& m);  // below
 
 void bindRuntime(py::module_& m) {
   m.attr("_device_type") = static_cast<int>(c10::DeviceType::PrivateUse1);
@@ -42,6 +48,64 @@ void bindRuntime(py::module_& m) {
         return drainAutogradDeviceThread(deviceArg(device), timeout);
       },
       py::call_guard<py::gil_scoped_release>());
+  bindCardTiming(m);
+}
+
+// The card time model (flex/card.hpp; torch_spyre/timing.py shapes the results).
+void bindCardTiming(py::module_& m) {
+  m.def("_card_timing", [] { return flex::card::enabled(); });
+  m.def("_card_profile", [] {
+    const flex::card::Profile p = flex::card::profile();
+    py::dict d;
+    d["cores"] = p.cores;
+    d["matmul_mac_per_ns_per_core"] = p.matmul_mac_per_ns_per_core;
+    d["memory_gb_per_s"] = p.memory_gb_per_s;
+    d["rw_turnaround_ns_per_byte"] = p.rw_turnaround_ns_per_byte;
+    d["broadcast_gb_per_s"] = p.broadcast_gb_per_s;
+    d["reduction_floor_gb_per_s"] = p.reduction_floor_gb_per_s;
+    d["reduction_boost_gb_per_s"] = p.reduction_boost_gb_per_s;
+    d["reduction_rows_scale"] = p.reduction_rows_scale;
+    d["host_link_gb_per_s"] = p.host_link_gb_per_s;
+    d["collective_link_gb_per_s"] = p.collective_link_gb_per_s;
+    d["host_prep_us"] = p.host_prep_us;
+    return d;
+  });
+  m.def("_card_summary", [] {
+    ensureDevice(currentDevice());
+    const flex::card::Summary s = flex::card::summary();
+    py::dict d;
+    d["start_ns"] = s.start_ns;
+    d["end_ns"] = s.end_ns;
+    d["compute_ns"] = s.compute_ns;
+    d["copy_ns"] = s.copy_ns;
+    d["collective_ns"] = s.collective_ns;
+    d["other_ns"] = s.other_ns;
+    d["busy_ns"] = s.busy_ns;
+    d["union_ns"] = s.union_ns;
+    // Streams by the pool's ids (the ids users see), not the runtime's.
+    std::unordered_map<uint64_t, c10::StreamId> pool_ids;
+    for (const auto& [pool_id, runtime_id] : mappedRuntimeStreamIds()) {
+      pool_ids.emplace(runtime_id, pool_id);
+    }
+    py::dict streams;
+    for (const flex::card::StreamBusy& busy : s.streams) {
+      const auto found = pool_ids.find(busy.stream_id);
+      const int64_t id = found != pool_ids.end() ? found->second
+                                                 : static_cast<int64_t>(busy.stream_id);
+      streams[py::int_(id)] = busy.busy_ns;
+    }
+    d["streams"] = streams;
+    return d;
+  });
+  m.def("_card_collective",
+        [](c10::StreamId id, int64_t device, const std::string& name, uint64_t link_bytes) {
+          flex::card::launchCollective(SpyreStream(fromKey(id, device)).resolveRuntimeHandle(),
+                                       name, link_bytes);
+        });
+  m.def("_card_reset", [] {
+    ensureDevice(currentDevice());
+    flex::card::reset();
+  });
 }
 
 // Plain ints cross the boundary; torch_spyre/errors.py wraps them in IntEnums.

@@ -18,6 +18,7 @@
 #include <c10/util/Exception.h>
 
 #include "runtime/capture.h"
+#include "runtime/costed_launch.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
@@ -326,6 +327,17 @@ void SpyreStream::launchComputeOnCheckedDevice(std::function<void()> fn, const c
   flex::RuntimeStream* handle = resolveCheckedRuntimeHandle();
   if (C10_UNLIKELY(capture::anyCapture()) && capture::recordCompute(id(), fn, name, bytes)) return;
   handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
+}
+
+void launchComputeWithCost(const SpyreStream& stream, std::function<void()> fn, const char* name,
+                           size_t bytes, const flex::WorkCost& cost) {
+  flex::RuntimeStream* handle = stream.resolveCheckedRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture()) && capture::recordCompute(stream.id(), fn, name, bytes)) {
+    return;
+  }
+  flex::ComputeParams params = computeParams(std::move(fn), name, bytes);
+  params.cost = cost;
+  handle->launchOperationCompute(std::move(params));
 }
 
 void SpyreStream::launchHostCallback(std::function<void()> fn, const char* name) const {

@@ -21,6 +21,7 @@ from .staging import (
     _staging_forced,
 )
 from .work import _AllOf
+from .._timing import _charge_collective
 
 BACKEND_NAME = "spyreccl"
 
@@ -139,6 +140,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
                 # No comparison to tell the other ranks: refuse here.
                 raise ValueError(f"spyreccl: {name}: {staging.problem}")
             comm = self._comm()
+            if torch.spyre._C._card_timing():
+                _charge_collective(comm, name, outputs, self.size())
             # Used on comm (written, or read in place by gloo): its block is handed on only
             # after an event on comm. (The host view keeps a block read in place alive until
             # gloo is done, but that is the progress thread's knowledge: the stream sanitizer

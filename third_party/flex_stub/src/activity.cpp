@@ -121,6 +121,10 @@ void enable() {
   std::lock_guard<std::mutex> lock(b.mutex);
   b.records.clear();
   detail::trace::g_generation.fetch_add(1, std::memory_order_relaxed);
+  // The modeled device lanes begin where the recording begins.
+  if (const RuntimeContext* context = RuntimeContext::get()) {
+    if (const auto& clock = context->impl()->card_clock) clock->anchorActivities(detail::nowNs());
+  }
   detail::trace::g_consumers.fetch_or(detail::trace::kActivity, std::memory_order_relaxed);
 }
 

@@ -29,6 +29,10 @@ class Completion {
   bool isComplete() const { return done_.load(std::memory_order_acquire); }
   // Valid once isComplete().
   int64_t timestampNs() const { return timestamp_ns_; }
+  // The card time model's timestamp of an event record, set when it is
+  // launched (card_clock.hpp); -1: not modeled.
+  void setModeledNs(int64_t ns) { modeled_ns_.store(ns, std::memory_order_relaxed); }
+  int64_t modeledNs() const { return modeled_ns_.load(std::memory_order_relaxed); }
 
   // Sleeps until complete.
   void hostWait() const;
@@ -39,6 +43,7 @@ class Completion {
   mutable std::condition_variable done_cv_;
   std::atomic<bool> done_{false};
   int64_t timestamp_ns_ = 0;
+  std::atomic<int64_t> modeled_ns_{-1};
   std::vector<std::pair<RuntimeStream::Impl*, uint64_t>> parked_;
 };
 

@@ -42,7 +42,10 @@ RuntimeContext::Impl::Impl(int device_index, int card_index,
       card(card_index),
       trace_path(std::move(trace_file)),
       scheduler(scheduler_config),
-      memory(memory_bytes) {}
+      memory(memory_bytes),
+      card_clock(detail::cardTimingFromEnv()
+                     ? std::make_unique<detail::CardClock>(detail::cardProfileFromEnv())
+                     : nullptr) {}
 
 RuntimeContext::RuntimeContext(int logical_device) {
   const detail::SchedulerConfig scheduler_config = schedulerConfigFromEnv();
@@ -54,7 +57,7 @@ RuntimeContext::RuntimeContext(int logical_device) {
   impl_->streams.emplace_back(new RuntimeStream(
       std::make_unique<RuntimeStream::Impl>(impl_.get(), 0, RuntimeStreamPriority::NORMAL)));
   impl_->default_stream = impl_->streams.back().get();
-  if (!impl_->trace_path.empty()) detail::trace::start();
+  if (!impl_->trace_path.empty()) detail::trace::start(impl_->card_clock ? 0 : detail::nowNs());
 }
 
 // Never runs: the context lives until the process ends (see create()).

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "card_clock.hpp"
 #include "flex/flex.hpp"
 #include "memory.hpp"
 #include "scheduler.hpp"
@@ -29,6 +30,8 @@ struct RuntimeContext::Impl {
   const std::string trace_path;  // FLEX_STUB_TRACE, written at exit
   detail::Scheduler scheduler;
   detail::Memory memory;
+  // FLEX_STUB_TIMING=card: the modeled timeline; null for host timing.
+  const std::unique_ptr<detail::CardClock> card_clock;
 
   std::mutex streams_mutex;
   std::vector<std::unique_ptr<RuntimeStream, StreamDeleter>> streams;  // index == stream id

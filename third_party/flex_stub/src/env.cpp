@@ -51,17 +51,25 @@ int64_t envInt(const char* name, int64_t fallback, int64_t min_value, int64_t ma
   return value ? parseInt(name, *value, min_value, max_value) : fallback;
 }
 
-std::optional<double> envPositiveDouble(const char* name) {
+namespace {
+// `name` as a finite number, at least 0 or (strictly) above it.
+std::optional<double> envNumber(const char* name, bool zero_allowed) {
   const std::optional<std::string> value = envValue(name);
   if (!value) return std::nullopt;
   const std::string text = trimmed(*value);
   char* end = nullptr;
   const double number = text.empty() ? 0 : std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0') throw Error(quoted(name, *value) + " is not a number");
-  if (!std::isfinite(number) || number <= 0) {
-    throw Error(quoted(name, *value) + " is out of range: it must be a finite number > 0");
+  if (!std::isfinite(number) || number < 0 || (number == 0 && !zero_allowed)) {
+    throw Error(quoted(name, *value) + " is out of range: it must be a finite number " +
+                (zero_allowed ? ">= 0" : "> 0"));
   }
   return number;
 }
+}  // namespace
+
+std::optional<double> envPositiveDouble(const char* name) { return envNumber(name, false); }
+
+std::optional<double> envNonNegativeDouble(const char* name) { return envNumber(name, true); }
 
 }  // namespace flex::detail

@@ -21,4 +21,7 @@ int64_t envInt(const char* name, int64_t fallback, int64_t min_value, int64_t ma
 // The variable `name` as a finite number > 0, or nullopt when it is unset.
 std::optional<double> envPositiveDouble(const char* name);
 
+// The variable `name` as a finite number >= 0, or nullopt when it is unset.
+std::optional<double> envNonNegativeDouble(const char* name);
+
 }  // namespace flex::detail

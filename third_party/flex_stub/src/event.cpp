@@ -3,6 +3,7 @@
 // saw, so a later re-record never redirects (or releases) an earlier wait.
 #include <mutex>
 
+#include "context_impl.hpp"
 #include "lifecycle.hpp"
 #include "stream_impl.hpp"
 
@@ -74,7 +75,15 @@ bool RuntimeEvent::query() const {
 
 void RuntimeEvent::synchronize() const {
   detail::checkNotForkedChild();
-  if (std::shared_ptr<Completion> record = state_->latest()) record->hostWait();
+  std::shared_ptr<Completion> record = state_->latest();
+  if (!record) return;
+  // The host resumes, in modeled time, when the record is reached.
+  if (record->modeledNs() >= 0) {
+    if (const RuntimeContext* context = RuntimeContext::get()) {
+      if (const auto& clock = context->impl()->card_clock) clock->hostWaitUntil(record->modeledNs());
+    }
+  }
+  record->hostWait();
 }
 
 double RuntimeEvent::elapsedTime(const RuntimeEvent& end) const {
@@ -94,6 +103,9 @@ double RuntimeEvent::elapsedTime(const RuntimeEvent& end) const {
     throw Error(std::string("flex: elapsedTime needs two completed events (start: ") +
                 (first->isComplete() ? "complete" : "not complete") + ", end: " +
                 (last->isComplete() ? "complete" : "not complete") + ")");
+  }
+  if (first->modeledNs() >= 0 && last->modeledNs() >= 0) {  // FLEX_STUB_TIMING=card
+    return static_cast<double>(last->modeledNs() - first->modeledNs()) / 1e6;
   }
   return static_cast<double>(last->timestampNs() - first->timestampNs()) / 1e6;
 }

@@ -134,6 +134,7 @@ void RuntimeStream::launchOperationCompute(const ComputeParams* params) {
   Op op;
   op.kind = OpKind::Compute;
   op.bytes = p.bytes;
+  op.cost = p.cost;
   op.fn = p.fn;
   if (detail::trace::enabled()) op.name = p.name;  // names can be long: copy only when used
   impl_->enqueue(std::move(op));
@@ -144,6 +145,7 @@ void RuntimeStream::launchOperationCompute(ComputeParams&& params) {
   Op op;
   op.kind = OpKind::Compute;
   op.bytes = params.bytes;
+  op.cost = params.cost;
   op.fn = std::move(params.fn);
   if (detail::trace::enabled()) op.name = std::move(params.name);
   impl_->enqueue(std::move(op));
@@ -233,6 +235,7 @@ void RuntimeGraph::addCompute(const ComputeParams* params) {
   Op op;
   op.kind = OpKind::Compute;
   op.bytes = p.bytes;
+  op.cost = p.cost;
   op.fn = p.fn;
   op.name = p.name;  // kept: a graph is recorded once
   append(nodes_, std::move(op));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "completion.hpp"
@@ -78,6 +79,12 @@ struct Op {
   std::shared_ptr<const RuntimeGraph::Nodes> graph;  // a graph launch's nodes
   std::string name;            // trace label; only copied while tracing
   LaunchInfo launch;
+  // The card time model (card_clock.hpp), only with FLEX_STUB_TIMING=card:
+  WorkCost cost;               // a kernel's multiply-adds and bytes
+  bool collective = false;     // a Delay that stands for a collective (card::launchCollective)
+  int64_t card_start = 0;      // modeled start and end (ns)
+  int64_t card_end = 0;
+  std::vector<std::pair<int64_t, int64_t>> card_nodes;  // a graph launch's nodes
 };
 
 }  // namespace flex::detail

@@ -186,6 +186,10 @@ bool Scheduler::runGraph(RuntimeStream::Impl* stream, const Op& launch, std::str
       traced.launch = launch.launch;
       traced.launch.id = 0;  // each node's record gets its own id
       traced.launch.graph_launch = launch.launch.id;
+      if (index < launch.card_nodes.size()) {
+        traced.card_start = launch.card_nodes[index].first;
+        traced.card_end = launch.card_nodes[index].second;
+      }
       trace::record(*stream, traced, start, nowNs(), /*failed=*/!ok);
     }
     if (!ok) {

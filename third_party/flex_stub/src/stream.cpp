@@ -32,6 +32,7 @@ void RuntimeStream::Impl::enqueue(Op&& op) {
     throw Error("Cannot schedule operation on stream in error state: " + error_message);
   }
   if (launch_start_ns != 0) detail::trace::stampLaunch(op, launch_start_ns);
+  if (context->card_clock) context->card_clock->schedule(id, op);
   queue.push_back(std::move(op));
   launched.store(launched.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   if (state != State::Idle) return;  // an engine or the ready queue already has it
@@ -123,6 +124,8 @@ bool RuntimeStream::query() {
 void RuntimeStream::synchronize() {
   detail::checkNotForkedChild();
   const uint64_t target = impl_->launched.load(std::memory_order_acquire);
+  // The host resumes, in modeled time, when what it waits for ends.
+  if (impl_->context->card_clock) impl_->context->card_clock->hostWaitStream(impl_->id);
   // Spin briefly first (spin_wait.hpp): a short op completes within it.
   const auto reached = [&] {
     return impl_->completed.load(std::memory_order_acquire) >= target ||

@@ -35,7 +35,11 @@ void injectFault(RuntimeStream* stream, const std::string& message) {
   impl.fault_pending = true;
 }
 
-void startTrace() { detail::trace::start(); }
+void startTrace() {
+  const RuntimeContext* context = RuntimeContext::get();
+  detail::CardClock* clock = context ? context->impl()->card_clock.get() : nullptr;
+  detail::trace::start(clock ? clock->hostNs() : detail::nowNs());
+}
 
 size_t stopTrace(const std::string& path) {
   const RuntimeContext* context = RuntimeContext::get();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "clock.hpp"
+#include "context_impl.hpp"
 #include "stream_impl.hpp"
 
 namespace flex::detail::trace {
@@ -59,17 +60,25 @@ std::string jsonString(const std::string& text) {
 
 }  // namespace
 
-void start() {
+void start(int64_t origin_ns) {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.entries.clear();
-  r.origin_ns = nowNs();
+  r.origin_ns = origin_ns;
   g_consumers.fetch_or(kChromeTrace, std::memory_order_relaxed);
 }
 
 void record(const RuntimeStream::Impl& stream, const Op& op, int64_t start_ns, int64_t end_ns,
             bool failed) {
-  if (activityEnabled()) recordActivity(stream, op, start_ns, end_ns, failed);
+  int64_t activity_offset_ns = 0;
+  if (const CardClock* clock = stream.context->card_clock.get()) {
+    start_ns = op.card_start;
+    end_ns = op.card_end;
+    activity_offset_ns = clock->activityOffsetNs();
+  }
+  if (activityEnabled()) {
+    recordActivity(stream, op, start_ns + activity_offset_ns, end_ns + activity_offset_ns, failed);
+  }
   if (!chromeTraceEnabled()) return;
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);

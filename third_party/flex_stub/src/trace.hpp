@@ -30,12 +30,14 @@ inline bool activityEnabled() {
 // recorded. `launch_start_ns` is when the launch call began.
 void stampLaunch(Op& op, int64_t launch_start_ns);
 
-// An operation finished (or a wait released) on `stream`.
+// An operation finished (or a wait released) on `stream`. With the card time
+// model the operation's modeled times replace `start_ns` / `end_ns`.
 void record(const RuntimeStream::Impl& stream, const Op& op, int64_t start_ns, int64_t end_ns,
             bool failed = false);
 
-// Chrome trace.
-void start();
+// Chrome trace: timestamps are written relative to `origin_ns` (the host
+// clock's now, or the modeled host time with FLEX_STUB_TIMING=card).
+void start(int64_t origin_ns);
 // Stops recording and writes what was recorded as Chrome trace JSON (pid = `card`).
 // Returns the number of operations written.
 size_t stopAndWrite(const std::string& path, int card);

@@ -130,13 +130,29 @@ struct D2DParams {
   size_t size = 0;
 };
 
+// What a compute kernel does on the card, for the card time model
+// (FLEX_STUB_TIMING=card, flex/card.hpp): its multiply-adds and the bytes it
+// reads and writes in device memory. All zero: not counted (the model then
+// prices the launch's `bytes` as one read and one write).
+struct WorkCost {
+  // How the kernel streams memory: plain, with a broadcast operand (loaded
+  // once, reused), or a reduction of `rows` rows (a full read, a small write).
+  enum class Access : uint8_t { Stream, Broadcast, Reduction };
+  uint64_t macs = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  Access access = Access::Stream;
+  uint64_t rows = 0;  // Reduction: the rows reduced (its output elements)
+};
+
 // Compute: a host function executed on the device's timeline (how the stub runs
 // kernels). It may read and write device memory through the pointers it was
-// given. `bytes` only feeds the trace.
+// given. `bytes` feeds the trace; `cost` only the card time model.
 struct ComputeParams {
   std::function<void()> fn;
   std::string name = "compute";
   size_t bytes = 0;
+  WorkCost cost;
 };
 
 // Host callback: runs in stream order on an engine thread, like cudaLaunchHostFunc.

@@ -1,0 +1,22 @@
+// What one kernel launch does on the card, for the card time model
+// (FLEX_STUB_TIMING=card, docs/timing.md): multiply-adds for matmul-class and
+// convolution ops, bytes read and written for every op.
+#pragma once
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/ArrayRef.h>
+#include <flex/flex.hpp>
+
+namespace spyre::launch {
+
+// True when the runtime models card time; fixed once the runtime runs.
+bool cardTiming();
+
+// The cost of `schema` called with `args` (its arguments, out= ones included)
+// producing `returns`: bytes read are the tensor arguments that are not out=
+// arguments, bytes written the returned tensors.
+flex::WorkCost workCost(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
+                        c10::ArrayRef<c10::IValue> returns);
+
+}  // namespace spyre::launch
