@@ -226,9 +226,10 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
 namespace {
 
 // `check_sync`: false when the caller checked the implicit wait itself
-// (.item(), which names itself in the sync debug message).
+// (.item(), which names itself in the sync debug message). `what`: how a
+// refusal during a capture names the call (nullptr: the copy's direction).
 at::Tensor copyTensor(const at::Tensor& self, const at::Tensor& dst, bool non_blocking,
-                        bool check_sync) {
+                        bool check_sync, const char* what = nullptr) {
   const bool src_spyre = self.is_privateuseone();
   const bool dst_spyre = dst.is_privateuseone();
   TORCH_CHECK((src_spyre || self.is_cpu()) && (dst_spyre || dst.is_cpu()),
@@ -267,8 +268,18 @@ at::Tensor copyTensor(const at::Tensor& self, const at::Tensor& dst, bool non_bl
   }
   const SpyreStream stream = getCurrentStream(index);
   if (C10_UNLIKELY(touches_host && capture::anyCapture())) {
-    capture::refuseIfCapturing(stream.id(), src_spyre ? "a copy from spyre to cpu (.cpu(), .to('cpu'))"
-                                                      : "a copy from cpu to spyre");
+    if (what == nullptr) {
+      what = src_spyre ? "a copy from spyre to cpu (.cpu(), .to('cpu'))" : "a copy from cpu to spyre";
+    }
+    capture::refuseIfCapturing(stream.id(), what);
+    // The host will wait for the copy (all but a non_blocking one with pinned
+    // memory): refused, if at all, before the copy is queued, never after,
+    // when the caller owns its host memory again.
+    const at::Tensor& host = src_spyre ? dst : self;
+    if (!non_blocking || !isPinnedPtr(host.storage().data_ptr().get())) {
+      stream.checkHostWait((std::string(what) + " (the host waits for stream id=" +
+                            std::to_string(stream.id()) + ")").c_str());
+    }
   }
   if (dst_spyre && dst.scalar_type() == c10::kLong &&
       (!src_spyre || self.scalar_type() != c10::kLong) && cardRules()) {
@@ -277,7 +288,7 @@ at::Tensor copyTensor(const at::Tensor& self, const at::Tensor& dst, bool non_bl
   const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   const bool host_recorded = launchCopy(stream, src, dst, {}, non_blocking);
   if (touches_host && !(non_blocking && host_recorded)) {
-    stream.synchronize();
+    stream.synchronizeChecked();
   }
   return dst;
 }
@@ -298,7 +309,8 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
                                "aten::_local_scalar_dense (.item(): the host reads device memory)");
   }
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
-  copyTensor(self.reshape({}), host, /*non_blocking=*/false, /*check_sync=*/false);
+  copyTensor(self.reshape({}), host, /*non_blocking=*/false, /*check_sync=*/false,
+             "aten::_local_scalar_dense (.item(): the host reads device memory)");
   return at::native::_local_scalar_dense_cpu(host);
 }
 

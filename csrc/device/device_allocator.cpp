@@ -34,8 +34,9 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
   // copy_data is synchronous by contract: a D2D on the current stream, waited for.
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     SpyreStream stream = getCurrentStream(-1);
+    stream.checkHostWait("copy_data (a device copy the host waits for)");  // before it is queued
     stream.launchD2D(src, dest, count);
-    stream.synchronize();
+    stream.synchronizeChecked();
   }
 
   bool initialized() override {

@@ -257,11 +257,19 @@ bool SpyreStream::query() const {
 }
 
 void SpyreStream::synchronize() const {
-  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  checkHostWait("synchronize()");
+  synchronizeChecked();
+}
+
+void SpyreStream::checkHostWait(const char* what) const {
   if (C10_UNLIKELY(capture::anyCapture())) {
     const c10::StreamId stream_id = id();
-    capture::checkHostWait(&stream_id, "synchronize()");
+    capture::checkHostWait(&stream_id, what);
   }
+}
+
+void SpyreStream::synchronizeChecked() const {
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
   waitForDevice([handle] { handle->synchronize(); });
   sanitizer::onStreamComplete(id());
 }

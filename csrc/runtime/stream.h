@@ -112,6 +112,13 @@ class SpyreStream {
   // Block until all work launched on the stream has finished (a host wait:
   // runtime/host_wait.h).
   void synchronize() const;
+  // A call that queues work and then waits for it (a blocking copy) makes the
+  // capture check of synchronize() (runtime/capture.h) before it queues
+  // anything, so a refusal leaves nothing queued on memory the caller owns
+  // again once the call raised; then it waits with synchronizeChecked(),
+  // which never refuses (work queued is waited for, whatever starts since).
+  void checkHostWait(const char* what) const;
+  void synchronizeChecked() const;
   // Shutdown once the runtime latched a failure on this stream (it stays so);
   // Success otherwise. Does not consume the failure synchronize()/query() report.
   SpyreStreamError getError() const;

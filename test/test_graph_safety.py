@@ -1,0 +1,116 @@
+"""Graph capture and replay that cannot corrupt a program (docs/graphs.md): refusals that leave
+nothing queued, replays ordered behind the same graph's earlier ones, sticky invalidation,
+inputs kept alive by the graph, pool ids checked, replays seen by the sanitizer."""
+
+import re
+import threading
+
+import pytest
+import torch
+
+import torch_spyre  # noqa: F401
+from conftest import run_python
+from torch_spyre.testing import Gate
+
+pytestmark = pytest.mark.usefixtures("drained_device")
+
+# Host buffers a stray write or read after munmap() kills the process with: a refused copy
+# that still ran later would crash the subprocess instead of passing silently.
+MAPPED = """
+import ctypes, mmap
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+def mapped(n):
+    ptr = libc.mmap(None, 4 * n, mmap.PROT_READ | mmap.PROT_WRITE,
+                    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    assert ptr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    return ptr, torch.frombuffer((ctypes.c_float * n).from_address(ptr), dtype=torch.float32)
+
+def unmap(ptr, n):
+    assert libc.munmap(ptr, 4 * n) == 0
+"""
+
+
+def test_a_refused_copy_queues_nothing_and_never_touches_the_callers_memory():
+    # Global mode refuses every host wait while a capture is in progress. A blocking copy on a
+    # busy stream is refused before it is queued: the caller frees its buffer right after the
+    # call raised, the stream then runs, and nothing lands in (or is read from) that memory.
+    result = run_python(MAPPED + """
+import threading
+import torch, torch_spyre
+from torch_spyre.testing import Gate, launched_ops
+
+N = 1 << 16
+big = torch.full((N,), 7.0, device="spyre")
+default = torch.spyre.current_stream()
+s = torch.spyre.Stream()
+kept_ptr, kept = mapped(N)
+kept.fill_(3.0)
+
+def refused(call):
+    g = torch.accelerator.Graph()
+    with torch.spyre.stream(s):
+        g.capture_begin()
+    before = launched_ops(default)
+    try:
+        call()
+    except RuntimeError as e:
+        error = str(e)
+    else:
+        error = None
+    queued = launched_ops(default) - before
+    with torch.spyre.stream(s):
+        try:
+            g.capture_end()
+        except RuntimeError as e:
+            assert str(e).startswith("spyre: capture_end: the capture was invalidated: "), str(e)
+    return queued, error
+
+def item_from_another_thread():
+    errors = []
+    def run():
+        try:
+            big[5].item()
+        except RuntimeError as e:
+            errors.append(str(e))
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    raise RuntimeError(errors[0])
+
+gate = Gate()
+gate.block(default)  # the stream is busy: whatever is queued stays queued
+print(refused(lambda: kept.copy_(big)))
+freed_ptr, freed = mapped(N)
+print(refused(lambda: freed.copy_(big)))
+unmap(freed_ptr, N)
+del freed
+source_ptr, source = mapped(N)
+source.fill_(1.0)
+print(refused(lambda: big.copy_(source)))
+unmap(source_ptr, N)
+del source
+print(refused(item_from_another_thread))
+gate.release()
+torch.spyre.synchronize()
+print(kept.eq(3.0).all().item(), big.eq(7.0).all().item(), (big[:2] * 2).tolist())
+""")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 5, result.stdout + result.stderr
+    tail = (" is not allowed while stream id=S is capturing a graph in capture_error_mode 'global'"
+            " ('relaxed' allows host waits on other streams)")
+    whats = ["a copy from spyre to cpu (.cpu(), .to('cpu')) (the host waits for stream id=0)",
+             "a copy from spyre to cpu (.cpu(), .to('cpu')) (the host waits for stream id=0)",
+             "a copy from cpu to spyre (the host waits for stream id=0)",
+             "aten::_local_scalar_dense (.item(): the host reads device memory) (the host waits "
+             "for stream id=0)"]
+    for line, what in zip(lines, whats):
+        queued, error = eval(line)  # noqa: S307 (our own subprocess's tuple)
+        assert queued == 0, line
+        assert re.sub(r"stream id=\d+ is capturing", "stream id=S is capturing", error).startswith(
+            "spyre: " + what + tail), error
+    assert lines[4] == "True True [14.0, 14.0]"
