@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import torch_spyre  # noqa: F401
+from _helpers import wait_until
 from conftest import run_python
 from torch_spyre.testing import Gate
 
@@ -114,3 +115,28 @@ print(kept.eq(3.0).all().item(), big.eq(7.0).all().item(), (big[:2] * 2).tolist(
         assert re.sub(r"stream id=\d+ is capturing", "stream id=S is capturing", error).startswith(
             "spyre: " + what + tail), error
     assert lines[4] == "True True [14.0, 14.0]"
+
+
+def test_replays_on_two_streams_run_one_after_the_other():
+    # cudaGraphLaunch orders each launch of a graph after its previous ones, whatever the
+    # streams: both replays read and write x, so each must see the other's 20 steps. (Big
+    # enough that two replays run at once would overlap for milliseconds.)
+    x = torch.zeros(1 << 20, device="spyre")
+    s = torch.Stream(device="spyre")
+    g = torch.accelerator.Graph()
+    with s, g:
+        for _ in range(20):
+            t = x + 1
+            x.copy_(t)
+    a, b = torch.Stream(device="spyre"), torch.Stream(device="spyre")
+    for first, second, expected in ((a, b, 40.0), (b, a, 80.0)):
+        with Gate() as gate:
+            gate.block(first)
+            gate.block(second)
+            with first:
+                g.replay()
+            with second:
+                g.replay()
+            wait_until(lambda: gate.blocked_streams == 2, what="both streams at the gate")
+        torch.spyre.synchronize()
+        assert x.unique().tolist() == [expected]

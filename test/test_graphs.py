@@ -422,7 +422,9 @@ def test_profiler_shows_each_replayed_op_under_the_replay():
     events = {e.name: e for e in prof.events()}
     replay = events["spyre::graph_replay"]
     device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
-    assert sorted(e.name for e in device) == ["aten::add_", "aten::mul", "spyre graph replay"]
+    # The Event Record is the mark the graph's next launch on another stream waits for.
+    assert sorted(e.name for e in device) == ["Event Record", "aten::add_", "aten::mul",
+                                              "spyre graph replay"]
     span = events["spyre graph replay"]
     for name in ("aten::add_", "aten::mul"):
         assert span.time_range.start <= events[name].time_range.start

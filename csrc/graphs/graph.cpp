@@ -14,6 +14,7 @@
 #include <atomic>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "graphs/graph.h"
 #include "graphs/graph_dot.h"
 #include "runtime/capture.h"
+#include "runtime/sanitizer.h"
 #include "runtime/stream.h"
 
 namespace spyre {
@@ -46,7 +48,10 @@ capture::Mode modeOf(at::GraphCaptureMode mode) {
 class SpyreGraph final : public at::GraphImplInterface {
  public:
   explicit SpyreGraph(const at::GraphImplArgs& args) : keep_graph_(args.keep_graph) {}
-  ~SpyreGraph() override { clear(); }
+  ~SpyreGraph() override {
+    clear();
+    sanitizer::onEventDestroy(&last_launch_);
+  }
 
   void capture_begin(c10::MempoolId_t pool, at::GraphCaptureMode mode) override {
     TORCH_CHECK(capture_ == nullptr, "spyre graph: capture_begin: this graph is already capturing");
@@ -97,13 +102,26 @@ class SpyreGraph final : public at::GraphImplInterface {
     TORCH_CHECK(captured(),
                 "spyre graph: replay: nothing was captured (capture_begin and capture_end first)");
     if (!executable_) instantiateGraph();
-    RECORD_FUNCTION("spyre::graph_replay", c10::ArrayRef<const c10::IValue>{});
     const SpyreStream stream = getCurrentStream(-1);
     flex::RuntimeStream* handle = stream.resolveRuntimeHandle();
     if (C10_UNLIKELY(capture::anyCapture())) {
       capture::refuseIfCapturing(stream.id(), "replay() of another graph");
     }
-    handle->launchGraph(*executable_);
+    // Each launch runs after this graph's previous one, on whatever stream, as
+    // cudaGraphLaunch orders them: the nodes write the same memory. On the
+    // previous launch's stream, stream order does it. The wait and the record
+    // are not the replay's work in profiles (outside its record function).
+    const std::lock_guard<std::mutex> lock(launch_mutex_);
+    const bool follows = last_stream_ >= 0 && last_stream_ != stream.id();
+    if (follows) last_launch_.wait(handle);
+    if (sanitizer::enabled() && follows) sanitizer::onStreamWaitEvent(stream.id(), &last_launch_);
+    {
+      RECORD_FUNCTION("spyre::graph_replay", c10::ArrayRef<const c10::IValue>{});
+      handle->launchGraph(*executable_);
+    }
+    last_launch_.record(handle);
+    last_stream_ = stream.id();
+    if (sanitizer::enabled()) sanitizer::onEventRecord(&last_launch_, stream.id());
   }
 
   void reset() override { clear(); }
@@ -158,6 +176,10 @@ class SpyreGraph final : public at::GraphImplInterface {
   std::vector<capture::Node> nodes_;              // for debug_dump
   c10::MempoolId_t pool_{0, 0};
   bool pool_held_ = false;
+  // The previous launch (replay), which the next one is ordered after.
+  std::mutex launch_mutex_;
+  flex::RuntimeEvent last_launch_;
+  c10::StreamId last_stream_ = -1;
 };
 
 }  // namespace
