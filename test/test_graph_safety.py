@@ -140,3 +140,60 @@ def test_replays_on_two_streams_run_one_after_the_other():
             wait_until(lambda: gate.blocked_streams == 2, what="both streams at the gate")
         torch.spyre.synchronize()
         assert x.unique().tolist() == [expected]
+
+
+def _error_of(fn):
+    try:
+        fn()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def _in_another_thread(fn):
+    result = []
+    thread = threading.Thread(target=lambda: result.append(_error_of(fn)))
+    thread.start()
+    thread.join(timeout=60)
+    assert result, "the thread did not finish"
+    return result[0]
+
+
+def test_an_invalidated_capture_runs_nothing_until_capture_end():
+    x = torch.tensor([1.0, 2.0]).to("spyre")
+    y = torch.tensor([5.0, 6.0]).to("spyre")
+    s = torch.Stream(device="spyre")
+    g = torch.accelerator.Graph()  # capture_error_mode "global"
+    why = (f"synchronize() of the device is not allowed while stream id={s.stream_id} is capturing "
+           "a graph in capture_error_mode 'global' ('relaxed' allows host waits on other streams)")
+    with s:
+        g.capture_begin()
+        x.add_(1)  # recorded
+        # Another thread's refused wait invalidates the capture...
+        assert _in_another_thread(torch.spyre.synchronize) == (
+            f"spyre: {why}; the capture is invalidated (work launched on its streams raises until "
+            "capture_end, which raises too; the graph holds nothing: capture again)")
+        # ... which stays invalidated: the capturing stream runs nothing, whatever is launched.
+        assert s.is_capturing()
+        for launch, what in ((lambda: x.add_(10), "aten::add_"), (lambda: x.add_(100), "aten::add_"),
+                             (lambda: x.copy_(y), "a device-to-device copy"),
+                             (lambda: x.fill_(7.0), "a fill"),
+                             (lambda: s.record_event(), "an event record"),
+                             (lambda: x[0].item(),
+                              "aten::_local_scalar_dense (.item(): the host reads device memory)"),
+                             (lambda: s.synchronize(), "synchronize()")):
+            assert _error_of(launch) == (
+                f"spyre: {what} on stream id={s.stream_id} cannot run: the stream's capture was "
+                f"invalidated ({why}); nothing runs on it until capture_end, which raises"), what
+        # Other threads' waits are not refused by a capture that records nothing more.
+        assert _in_another_thread(torch.spyre.synchronize) is None
+        assert _error_of(g.capture_end) == f"spyre: capture_end: the capture was invalidated: {why}"
+    assert not s.is_capturing()
+    assert x.tolist() == [1.0, 2.0]
+    with s:
+        assert (x + 1).tolist() == [2.0, 3.0]  # the stream works again
+    g.reset()
+    with s, g:
+        x.add_(1)
+    g.replay()
+    assert x.tolist() == [2.0, 3.0]

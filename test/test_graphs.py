@@ -17,7 +17,7 @@ from torch_spyre.testing import Gate
 
 pytestmark = pytest.mark.usefixtures("drained_device")
 
-INVALIDATED = "; the capture is invalidated and ended"
+INVALIDATED = "; the capture is invalidated (work launched on its streams raises until capture_end"
 
 
 def spyre(values, **kwargs):

@@ -70,12 +70,37 @@ void takeOutLocked(Registry& r, Capture& capture) {
   }
 }
 
-// Ends `capture` as invalidated and returns the message to raise.
-std::string invalidateLocked(Registry& r, Capture& capture, const std::string& why) {
+// Invalidates `capture` and returns the message to raise. Sticky: its streams
+// stay in it, and whatever is launched on them raises (invalidatedError) until
+// end() takes them out (CUDA's cudaErrorStreamCaptureInvalidated).
+std::string invalidateLocked(Registry& /*r*/, Capture& capture, const std::string& why) {
   capture.invalidated = why;
-  takeOutLocked(r, capture);
-  return "spyre: " + why + "; the capture is invalidated and ended (the graph holds nothing: " +
-         "capture again)";
+  return "spyre: " + why + "; the capture is invalidated (work launched on its streams raises " +
+         "until capture_end, which raises too; the graph holds nothing: capture again)";
+}
+
+// What raises for `what` on `stream`, whose capture was invalidated: nothing
+// runs there until capture_end.
+std::string invalidatedError(const Capture& capture, c10::StreamId stream, const std::string& what) {
+  return "spyre: " + what + " on stream id=" + std::to_string(stream) +
+         " cannot run: the stream's capture was invalidated (" + capture.invalidated +
+         "); nothing runs on it until capture_end, which raises";
+}
+
+// The same for `what` on an event recorded in an invalidated capture (it
+// stands for nothing: the work it followed never runs).
+std::string invalidatedUse(const Capture& capture, const std::string& what) {
+  return "spyre: " + what + " of an event recorded in a capture that was invalidated (" +
+         capture.invalidated + ") is not allowed: the event stands for nothing that runs";
+}
+
+// Raises (the lock released first) when `capture` was invalidated.
+void raiseIfInvalidated(std::unique_lock<std::mutex>& lock, const Capture& capture,
+                        c10::StreamId stream, const std::string& what) {
+  if (capture.invalidated.empty()) return;
+  std::string message = invalidatedError(capture, stream, what);
+  lock.unlock();
+  TORCH_CHECK(false, message);
 }
 
 void addNodeLocked(Capture& capture, c10::StreamId stream, const char* name, size_t bytes) {
@@ -123,10 +148,12 @@ void begin(Capture& capture, c10::StreamId stream, Mode mode,
 void end(Capture& capture) {
   Registry& r = registry();
   std::unique_lock<std::mutex> lock(r.mutex);
-  if (!capture.active) {
-    TORCH_CHECK(!capture.invalidated.empty(), "spyre: capture_end: no capture in progress");
+  if (!capture.invalidated.empty()) {
+    takeOutLocked(r, capture);
+    lock.unlock();
     TORCH_CHECK(false, "spyre: capture_end: the capture was invalidated: ", capture.invalidated);
   }
+  TORCH_CHECK(capture.active, "spyre: capture_end: no capture in progress");
   // Everything captured must be ordered before the origin stream's end.
   std::vector<bool> joined(capture.nodes.size(), false);
   std::vector<size_t> todo = frontierOf(stateOf(capture, capture.origin));
@@ -184,9 +211,10 @@ std::pair<uint64_t, uint64_t> poolOf(c10::StreamId stream) {
 bool recordCompute(c10::StreamId stream, const std::function<void()>& fn, const char* name,
                    size_t bytes) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock(r.mutex);
   Capture* capture = captureOfLocked(r, stream);
   if (capture == nullptr) return false;
+  raiseIfInvalidated(lock, *capture, stream, name != nullptr ? name : "compute");
   flex::ComputeParams params;
   params.fn = fn;
   params.name = name != nullptr ? name : "compute";
@@ -198,9 +226,10 @@ bool recordCompute(c10::StreamId stream, const std::function<void()>& fn, const 
 
 bool recordD2D(c10::StreamId stream, const flex::D2DParams& params) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock(r.mutex);
   Capture* capture = captureOfLocked(r, stream);
   if (capture == nullptr) return false;
+  raiseIfInvalidated(lock, *capture, stream, "a device-to-device copy");
   capture->graph.addD2D(&params);
   addNodeLocked(*capture, stream, "D2D", params.size);
   return true;
@@ -209,9 +238,10 @@ bool recordD2D(c10::StreamId stream, const flex::D2DParams& params) {
 bool recordFill(c10::StreamId stream, const flex::CompositeAddress& address, double value,
                 flex::DataFormats format) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock(r.mutex);
   Capture* capture = captureOfLocked(r, stream);
   if (capture == nullptr) return false;
+  raiseIfInvalidated(lock, *capture, stream, "a fill");
   capture->graph.addFill(&address, value, format);
   addNodeLocked(*capture, stream, "fill", address.total_size());
   return true;
@@ -225,9 +255,11 @@ void refuseIfCapturing(c10::StreamId stream, const std::string& what) {
     std::lock_guard<std::mutex> lock(r.mutex);
     Capture* capture = captureOfLocked(r, stream);
     if (capture == nullptr) return;
-    message = invalidateLocked(
-        r, *capture,
-        what + " cannot be captured: stream id=" + std::to_string(stream) + " is capturing a graph");
+    message = !capture->invalidated.empty()
+                  ? invalidatedError(*capture, stream, what)
+                  : invalidateLocked(r, *capture,
+                                     what + " cannot be captured: stream id=" +
+                                         std::to_string(stream) + " is capturing a graph");
   }
   TORCH_CHECK(false, message);
 }
@@ -239,16 +271,20 @@ void checkHostWait(const c10::StreamId* stream, const char* what) {
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     Capture* own = stream != nullptr ? captureOfLocked(r, *stream) : nullptr;
-    if (own != nullptr) {
+    if (own != nullptr && !own->invalidated.empty()) {
+      message = invalidatedError(*own, *stream, what);
+    } else if (own != nullptr) {
       message = invalidateLocked(r, *own,
                                  std::string(what) + " of stream id=" + std::to_string(*stream) +
                                      " is not allowed while it is capturing a graph (the host "
                                      "would wait for work that is recorded, not queued)");
     } else {
       for (Capture* capture : r.active) {
+        // An invalidated capture records nothing more: nothing to protect.
         const bool refused =
-            capture->mode == Mode::Global ||
-            (capture->mode == Mode::ThreadLocal && capture->thread == std::this_thread::get_id());
+            capture->invalidated.empty() && (capture->mode == Mode::Global ||
+             (capture->mode == Mode::ThreadLocal &&
+              capture->thread == std::this_thread::get_id()));
         if (!refused) continue;
         message = invalidateLocked(
             r, *capture,
@@ -265,12 +301,13 @@ void checkHostWait(const c10::StreamId* stream, const char* what) {
 
 bool recordEvent(const void* event, c10::StreamId stream) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock(r.mutex);
   Capture* capture = captureOfLocked(r, stream);
   if (capture == nullptr) {
     r.events.erase(event);  // recorded again outside the capture
     return false;
   }
+  raiseIfInvalidated(lock, *capture, stream, "an event record");
   r.events[event] = EventMark{capture, frontierOf(stateOf(*capture, stream))};
   return true;
 }
@@ -282,7 +319,11 @@ bool waitEvent(const void* event, c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(r.mutex);
     Capture* waiting = captureOfLocked(r, stream);
     const auto it = r.events.find(event);
-    if (it == r.events.end()) {
+    if (waiting != nullptr && !waiting->invalidated.empty()) {
+      message = invalidatedError(*waiting, stream, "a wait on an event");
+    } else if (it != r.events.end() && !it->second.capture->invalidated.empty()) {
+      message = invalidatedUse(*it->second.capture, "a wait of stream id=" + std::to_string(stream));
+    } else if (it == r.events.end()) {
       if (waiting == nullptr) return false;
       message = invalidateLocked(
           r, *waiting,
@@ -313,10 +354,14 @@ void checkEventHostUse(const void* event, const char* what) {
     std::lock_guard<std::mutex> lock(r.mutex);
     const auto it = r.events.find(event);
     if (it == r.events.end()) return;
-    message = invalidateLocked(r, *it->second.capture,
+    if (!it->second.capture->invalidated.empty()) {
+      message = invalidatedUse(*it->second.capture, std::string(what));
+    } else {
+      message = invalidateLocked(r, *it->second.capture,
                                std::string(what) +
                                    " of an event recorded during a capture is not allowed (the "
                                    "event stands for recorded work, not queued work)");
+    }
   }
   TORCH_CHECK(false, message);
 }

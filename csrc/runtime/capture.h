@@ -16,8 +16,12 @@
 // runs the nodes in it, on one engine, as one operation. Dependencies are kept
 // per node for debug_dump's picture.
 //
-// Refusals (what conflicts with capture raises RuntimeError, ends the capture
-// as invalidated, and leaves device, streams and allocator usable):
+// Refusals (what conflicts with capture raises RuntimeError before anything
+// is queued, invalidates the capture, and leaves device, streams and allocator
+// usable). Invalidation is sticky, as CUDA's: the streams stay in the capture,
+// every launch, event record or wait on them raises naming the invalidation,
+// nothing runs, and end() raises too; other threads' host waits are no longer
+// refused by it (it records nothing more).
 //   - on a capturing stream, always: host<->device copies, host callbacks,
 //     delays, ops that run at the call, random ops, synchronize and query of
 //     the stream or of an event recorded in the capture;
@@ -72,7 +76,7 @@ struct Capture {
   };
   std::vector<StreamState> streams;
   bool active = false;
-  std::string invalidated;  // why an operation ended the capture early
+  std::string invalidated;  // why an operation invalidated the capture (sticky)
 };
 
 namespace detail {
