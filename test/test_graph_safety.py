@@ -197,3 +197,27 @@ def test_an_invalidated_capture_runs_nothing_until_capture_end():
         x.add_(1)
     g.replay()
     assert x.tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("pool", [(5, 7), (3, 0), (0, 1 << 40)])
+def test_a_pool_id_no_graph_made_is_refused(pool):
+    s = torch.Stream(device="spyre")
+    g = torch.accelerator.Graph(pool=pool)
+    with pytest.raises(ValueError, match=re.escape(
+            f"spyre graph: capture_begin: pool {pool} was made by no graph: expected another "
+            "graph's g.pool() or torch.spyre.graph_pool_handle() (or None for a pool of its own)")):
+        with s, g:
+            pass
+    assert not s.is_capturing()
+    # The ids a graph or graph_pool_handle() made are accepted.
+    x = torch.zeros(2, device="spyre")
+    first = torch.accelerator.Graph(pool=torch.spyre.graph_pool_handle())
+    with s, first:
+        x.add_(1)
+    second = torch.accelerator.Graph(pool=first.pool())
+    with s, second:
+        x.add_(2)
+    assert second.pool() == first.pool()
+    first.replay()
+    second.replay()
+    assert x.tolist() == [3.0, 3.0]

@@ -28,9 +28,21 @@
 
 namespace spyre {
 
+namespace {
+
+std::atomic<c10::CaptureId_t> next_pool_id{1};
+
+// An id newGraphPoolId() handed out (every graph's pool is one): the only
+// pools a graph may share, as on CUDA.
+bool isGraphPoolId(c10::MempoolId_t id) {
+  return id.first == 0 && id.second >= 1 &&
+         id.second < next_pool_id.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
 c10::MempoolId_t newGraphPoolId() {
-  static std::atomic<c10::CaptureId_t> next{1};
-  return {0, next.fetch_add(1, std::memory_order_relaxed)};
+  return {0, next_pool_id.fetch_add(1, std::memory_order_relaxed)};
 }
 
 namespace {
@@ -58,13 +70,18 @@ class SpyreGraph final : public at::GraphImplInterface {
     TORCH_CHECK(!captured(),
                 "spyre graph: capture_begin: this graph already holds a capture; call reset() "
                 "before capturing again");
+    const bool shared = pool.first != 0 || pool.second != 0;
+    TORCH_CHECK_VALUE(!shared || isGraphPoolId(pool), "spyre graph: capture_begin: pool (",
+                      pool.first, ", ", pool.second,
+                      ") was made by no graph: expected another graph's g.pool() or "
+                      "torch.spyre.graph_pool_handle() (or None for a pool of its own)");
     const SpyreStream stream = getCurrentStream(-1);
     const capture::Mode capture_mode = modeOf(mode);
     if (pool_held_) {
       releaseGraphPool(pool_);
       pool_held_ = false;
     }
-    pool_ = pool.first != 0 || pool.second != 0 ? pool : newGraphPoolId();
+    pool_ = shared ? pool : newGraphPoolId();
     useGraphPool(pool_);
     pool_held_ = true;
     auto started = std::make_unique<capture::Capture>();
