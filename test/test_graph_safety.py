@@ -221,3 +221,32 @@ def test_a_pool_id_no_graph_made_is_refused(pool):
     first.replay()
     second.replay()
     assert x.tolist() == [3.0, 3.0]
+
+
+def test_a_graph_keeps_its_inputs_memory_until_reset():
+    # The program drops the graph's input and empties the cache: the graph still holds the
+    # input's block (counted as allocated), so a replay reads the input's last values, never
+    # freed or reused memory. reset() lets it go.
+    result = run_python("""
+import gc
+import torch, torch_spyre
+x = torch.full((1 << 18,), 3.0, device="spyre")  # 1 MiB: a segment of its own
+s = torch.spyre.Stream()
+g = torch.accelerator.Graph()
+with torch.spyre.stream(s), g:
+    y = x * 2  # y: the graph's pool
+allocated = torch.accelerator.memory_allocated()
+del x
+gc.collect()
+torch.accelerator.empty_cache()
+print(torch.accelerator.memory_allocated() == allocated)
+z = torch.full((1 << 18,), 9.0, device="spyre")  # cannot take x's block
+g.replay()
+print(y[:2].tolist(), y.eq(6.0).all().item(), z[:2].tolist())
+del y, z
+g.reset()
+gc.collect()
+torch.accelerator.empty_cache()
+print(torch.accelerator.memory_allocated(), torch.accelerator.memory_reserved())
+""")
+    assert result.stdout.splitlines() == ["True", "[6.0, 6.0] True [9.0, 9.0]", "0 0"], result.stderr

@@ -22,6 +22,7 @@
 #include "aten/sanitizer_accesses.h"
 #include "aten/sanitizer_host.h"
 #include "aten/stream_copy.h"
+#include "aten/stream_uses.h"
 #include "aten/tensor_ref.h"
 #include "device/allocator.h"
 #include "device/card_rules.h"
@@ -215,11 +216,7 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
         },
         "copy", nbytes);
   }
-  for (const at::Tensor& t : {src, dst}) {
-    if (!t.is_cpu()) {
-      recordStream(t.storage().data_ptr(), stream);
-    }
-  }
+  for (const at::Tensor& t : {src, dst}) recordUse(t, stream);
   return host_recorded;
 }
 
@@ -386,7 +383,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
         },
         "fill", nbytes);
   }
-  recordStream(self.storage().data_ptr(), stream);
+  recordUse(self, stream);
   return self;
 }
 

@@ -39,6 +39,8 @@ void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes);
 // streams come from it), and lets go of it (device/caching_allocator.h).
 void useGraphPool(std::pair<uint64_t, uint64_t> id);
 void releaseGraphPool(std::pair<uint64_t, uint64_t> id);
+// Whether the block behind `data_ptr` came from the private pool `id`.
+bool allocatedInGraphPool(const c10::DataPtr& data_ptr, std::pair<uint64_t, uint64_t> id);
 
 // Memory history and snapshots of the device allocator (device/memory_history.h).
 void recordMemoryHistory(const HistorySettings& settings);

@@ -359,6 +359,12 @@ void DeviceCachingAllocator::releasePool(PoolId id) {
   if (--it->second->use_count == 0 && it->second->segments == 0) private_pools_.erase(it);
 }
 
+bool DeviceCachingAllocator::isInPool(const DeviceBlock* block, PoolId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = private_pools_.find(id);
+  return it != private_pools_.end() && block->private_pool == it->second.get();
+}
+
 void DeviceCachingAllocator::freeBlockLocked(DeviceBlock* block, const Context& context) {
   if (C10_UNLIKELY(history_.recordingLocked())) {
     history_.recordLocked(HistoryAction::FREE_COMPLETED, block->device,

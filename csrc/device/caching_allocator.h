@@ -120,6 +120,8 @@ class DeviceCachingAllocator {
   // The graph let go of it: once no graph holds it, its free segments go back
   // to the runtime at the next empty_cache().
   void releasePool(PoolId id);
+  // Whether the allocated `block` came from the private pool `id`.
+  bool isInPool(const DeviceBlock* block, PoolId id);
 
   // A block of at least `nbytes` (> 0) for the current stream of `device`.
   // Raises c10::OutOfMemoryError naming the sizes when even a retry after

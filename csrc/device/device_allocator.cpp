@@ -127,6 +127,11 @@ MemorySnapshot memorySnapshot() {
   return theBlockPools().snapshot();
 }
 
+bool allocatedInGraphPool(const c10::DataPtr& data_ptr, std::pair<uint64_t, uint64_t> id) {
+  if (data_ptr.get_deleter() != &freeDeviceBlock) return false;
+  return theBlockPools().isInPool(static_cast<const DeviceBlock*>(data_ptr.get_context()), id);
+}
+
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
   if (data_ptr.get_deleter() != &freeDeviceBlock) {
     return;

@@ -23,6 +23,7 @@
 #include "graphs/graph.h"
 #include "graphs/graph_dot.h"
 #include "runtime/capture.h"
+#include "runtime/runtime.h"
 #include "runtime/sanitizer.h"
 #include "runtime/stream.h"
 
@@ -100,6 +101,7 @@ class SpyreGraph final : public at::GraphImplInterface {
     capture::end(*ended);  // raises when invalidated or unjoined: nothing is kept
     graph_ = ended->graph;
     nodes_ = ended->nodes;
+    inputs_ = std::move(ended->inputs);
     if (nodes_.empty()) {
       TORCH_WARN("spyre graph: the captured graph is empty: nothing was launched on the capturing "
                  "stream between capture_begin and capture_end");
@@ -179,10 +181,25 @@ class SpyreGraph final : public at::GraphImplInterface {
     graph_.reset();
     executable_.reset();
     nodes_.clear();
+    releaseInputs();
     if (pool_held_) {
       releaseGraphPool(pool_);
       pool_held_ = false;
     }
+  }
+
+  // The inputs' blocks are reused only once the last replay (ordered after
+  // every earlier one) has finished.
+  void releaseInputs() noexcept {
+    if (last_stream_ >= 0 && !inputs_.empty()) {
+      try {
+        const SpyreStream last(detail::makeSpyreStream(boundDevice(), last_stream_));
+        for (const c10::Storage& input : inputs_) recordStream(input.data_ptr(), last);
+      } catch (...) {
+        // A torn-down runtime (exit): nothing runs any more.
+      }
+    }
+    inputs_.clear();
   }
 
   const bool keep_graph_;
@@ -191,6 +208,7 @@ class SpyreGraph final : public at::GraphImplInterface {
   std::optional<flex::RuntimeGraph> graph_;       // what capture recorded
   std::optional<flex::RuntimeGraph> executable_;  // what replay launches
   std::vector<capture::Node> nodes_;              // for debug_dump
+  std::vector<c10::Storage> inputs_;  // kept alive for the replays (capture::Capture::inputs)
   c10::MempoolId_t pool_{0, 0};
   bool pool_held_ = false;
   // The previous launch (replay), which the next one is ordered after.

@@ -139,6 +139,7 @@ void begin(Capture& capture, c10::StreamId stream, Mode mode,
   capture.pool = pool;
   capture.streams.assign(1, Capture::StreamState{stream, std::nullopt, {}});
   capture.invalidated.clear();
+  capture.inputs.clear();
   capture.active = true;
   r.by_stream[static_cast<size_t>(stream)] = &capture;
   r.active.push_back(&capture);
@@ -245,6 +246,17 @@ bool recordFill(c10::StreamId stream, const flex::CompositeAddress& address, dou
   capture->graph.addFill(&address, value, format);
   addNodeLocked(*capture, stream, "fill", address.total_size());
   return true;
+}
+
+void holdInput(c10::StreamId stream, const c10::Storage& storage) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  Capture* capture = captureOfLocked(r, stream);
+  if (capture == nullptr) return;
+  for (const c10::Storage& held : capture->inputs) {
+    if (held.unsafeGetStorageImpl() == storage.unsafeGetStorageImpl()) return;
+  }
+  capture->inputs.push_back(storage);  // released by the graph, never under this lock
 }
 
 void refuseIfCapturing(c10::StreamId stream, const std::string& what) {

@@ -44,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include <c10/core/Storage.h>
 #include <c10/core/Stream.h>
 #include <flex/flex.hpp>
 
@@ -75,6 +76,9 @@ struct Capture {
     std::vector<size_t> pending;
   };
   std::vector<StreamState> streams;
+  // The storages of what the captured work uses that the capture did not
+  // allocate: the graph keeps them alive, so no replay reads freed memory.
+  std::vector<c10::Storage> inputs;
   bool active = false;
   std::string invalidated;  // why an operation invalidated the capture (sticky)
 };
@@ -106,6 +110,11 @@ bool recordCompute(c10::StreamId stream, const std::function<void()>& fn, const 
 bool recordD2D(c10::StreamId stream, const flex::D2DParams& params);
 bool recordFill(c10::StreamId stream, const flex::CompositeAddress& address, double value,
                 flex::DataFormats format);
+
+// Work recorded on `stream` uses `storage`, which its capture did not
+// allocate: the capture (then its graph) keeps it alive. Nothing when
+// `stream` is not capturing.
+void holdInput(c10::StreamId stream, const c10::Storage& storage);
 
 // `what` cannot be captured: when `stream` is capturing, invalidates its
 // capture and raises "spyre: <what> cannot be captured: stream id=N is
