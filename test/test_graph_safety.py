@@ -250,3 +250,59 @@ torch.accelerator.empty_cache()
 print(torch.accelerator.memory_allocated(), torch.accelerator.memory_reserved())
 """)
     assert result.stdout.splitlines() == ["True", "[6.0, 6.0] True [9.0, 9.0]", "0 0"], result.stderr
+
+
+def test_the_sanitizer_checks_each_replayed_node_as_launched(own_sanitizer_mode):
+    from torch_spyre.sanitizer import UnsynchronizedAccessError
+
+    x = torch.ones(4, device="spyre")
+    s, a, b = (torch.spyre.Stream() for _ in range(3))
+    g = torch.accelerator.Graph()
+    with s, g:
+        x.add_(1)
+    torch.spyre.synchronize()
+    torch.spyre.sanitizer.enable()
+    with a:
+        g.replay()
+    with b:
+        g.replay()  # ordered after the replay on a: no report
+    a.wait_stream(b)
+    with a:
+        w = x * 5
+    with b:
+        with pytest.raises(UnsynchronizedAccessError) as raised:
+            g.replay()  # writes x, which a's read is not ordered before
+    lines = str(raised.value).splitlines()
+    assert lines[:3] == [
+        "spyre sanitizer: unsynchronized access (write-after-read)",
+        f"  this access:    aten::add_.Tensor (in a graph replay) writes tensor float32[4] on {b!r}",
+        f"  earlier access: aten::mul.Tensor reads tensor float32[4] on {a!r}, not ordered before it",
+    ]
+    torch.spyre.sanitizer.disable()
+    torch.spyre.synchronize()
+    # The refused replay queued nothing.
+    assert x.tolist() == [3.0] * 4
+    assert w.tolist() == [15.0] * 4
+
+
+def test_the_hazard_tracker_orders_a_replay_after_what_it_races_with():
+    result = run_python("""
+import torch, torch_spyre
+from torch_spyre import _C
+from torch_spyre.testing import Gate
+x = torch.full((1024,), 1.0, device="spyre")
+s = torch.spyre.Stream()
+g = torch.accelerator.Graph()
+with torch.spyre.stream(s), g:
+    x.add_(10)
+torch.spyre.synchronize()
+a = torch.spyre.Stream()
+with Gate() as gate:
+    gate.block(a)
+    with torch.spyre.stream(a):
+        y = x * 2          # held by the gate
+    g.replay()             # writes x: ordered after the held read instead of racing with it
+    print(torch.spyre.current_stream().query(), _C._sanitizer_ordering_waits())
+print(y.cpu().unique().tolist(), x.cpu().unique().tolist())
+""", env={"SPYRE_HAZARD_TRACKER": "1", "TORCH_SPYRE_SANITIZER": ""})
+    assert result.stdout.splitlines() == ["False 1", "[2.0] [11.0]"], result.stderr

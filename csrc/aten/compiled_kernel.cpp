@@ -39,7 +39,9 @@ void CompiledKernel::setTensor(Arguments& args, size_t index, const at::Tensor& 
                     index, " is on ", t.device(), ", expected ", stream.device(),
                     " (or a 0-dim CPU tensor)");
   recordUse(t, stream);
-  if (sanitizer::enabled()) sanitizer::addTensor(args.accesses, t, /*write=*/kinds_[index] == 'p');
+  if (sanitizer::accessesWanted()) {
+    sanitizer::addTensor(args.accesses, t, /*write=*/kinds_[index] == 'p');
+  }
   args.slots[index] = reinterpret_cast<uintptr_t>(t.data_ptr());
   args.bytes += t.nbytes();
 }
@@ -48,7 +50,7 @@ void CompiledKernel::launch(const SpyreStream& stream, Arguments args) const {
   TORCH_INTERNAL_ASSERT(args.slots.size() == kinds_.size());
   checkEngineTeamSetting();
   const size_t bytes = args.bytes;
-  if (sanitizer::enabled()) sanitizer::onLaunch(stream.id(), name_, args.accesses);
+  if (sanitizer::accessesWanted()) sanitizer::onLaunch(stream.id(), name_, args.accesses);
   // The library holding the entry point is never unloaded (ctypes does not
   // dlclose), so queued work may outlive this object.
   stream.launchCompute(

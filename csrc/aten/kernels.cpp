@@ -163,7 +163,7 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
   if (nbytes == 0) {
     return true;
   }
-  if (sanitizer::enabled()) {
+  if (sanitizer::accessesWanted()) {
     std::vector<sanitizer::Access> accesses;
     sanitizer::addTensor(accesses, src, /*write=*/false);
     sanitizer::addTensor(accesses, dst, /*write=*/true);
@@ -360,7 +360,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
   if (nbytes == 0) {
     return self;
   }
-  if (sanitizer::enabled()) {
+  if (sanitizer::accessesWanted()) {
     std::vector<sanitizer::Access> accesses;
     sanitizer::addTensor(accesses, self, /*write=*/true);
     sanitizer::onLaunch(stream.id(), "aten::fill_.Scalar", accesses);

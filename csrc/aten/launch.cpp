@@ -126,7 +126,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     returns.push_back(std::move(value));
   }
   if (plan->computes) {
-    if (sanitizer::enabled()) {
+    if (sanitizer::accessesWanted()) {
       c10::SmallVector<c10::IValue, 2> fresh;  // new outputs: written
       for (size_t k = 0; k < plan->outputs.size(); ++k) {
         const OutputSpec::Kind kind = plan->outputs[k].kind;

@@ -8,9 +8,16 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include "runtime/capture.h"
 #include "runtime/sanitizer.h"
 
 namespace spyre::sanitizer {
+
+// Whether a launch describes its accesses (onLaunch): for the sanitizer, or
+// for a capture, whose graph checks them at each replay.
+inline bool accessesWanted() {
+  return enabled() || capture::anyCapture();
+}
 
 // Adds `t`'s bytes if it is a defined spyre tensor with storage.
 void addTensor(std::vector<Access>& out, const at::Tensor& t, bool write);

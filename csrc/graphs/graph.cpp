@@ -102,6 +102,10 @@ class SpyreGraph final : public at::GraphImplInterface {
     graph_ = ended->graph;
     nodes_ = ended->nodes;
     inputs_ = std::move(ended->inputs);
+    accesses_.clear();
+    for (const capture::Node& node : nodes_) {
+      if (!node.op.empty()) accesses_.push_back({node.op + " (in a graph replay)", node.accesses});
+    }
     if (nodes_.empty()) {
       TORCH_WARN("spyre graph: the captured graph is empty: nothing was launched on the capturing "
                  "stream between capture_begin and capture_end");
@@ -130,16 +134,24 @@ class SpyreGraph final : public at::GraphImplInterface {
     // cudaGraphLaunch orders them: the nodes write the same memory. On the
     // previous launch's stream, stream order does it. The wait and the record
     // are not the replay's work in profiles (outside its record function).
-    const std::lock_guard<std::mutex> lock(launch_mutex_);
-    const bool follows = last_stream_ >= 0 && last_stream_ != stream.id();
-    if (follows) last_launch_.wait(handle);
-    if (sanitizer::enabled() && follows) sanitizer::onStreamWaitEvent(stream.id(), &last_launch_);
-    {
-      RECORD_FUNCTION("spyre::graph_replay", c10::ArrayRef<const c10::IValue>{});
-      handle->launchGraph(*executable_);
+    const c10::StreamId previous = last_stream_.load(std::memory_order_relaxed);
+    const bool follows = previous >= 0 && previous != stream.id();
+    if (sanitizer::enabled()) {
+      // Each node's accesses, checked (or ordered, by the hazard tracker) as
+      // if it were launched here, before anything is queued.
+      if (follows) sanitizer::onStreamWaitEvent(stream.id(), &last_launch_);
+      for (const Replayed& node : accesses_) sanitizer::onLaunch(stream.id(), node.op, node.accesses);
     }
-    last_launch_.record(handle);
-    last_stream_ = stream.id();
+    {
+      const std::lock_guard<std::mutex> lock(launch_mutex_);
+      if (last_stream_.load(std::memory_order_relaxed) != stream.id()) last_launch_.wait(handle);
+      {
+        RECORD_FUNCTION("spyre::graph_replay", c10::ArrayRef<const c10::IValue>{});
+        handle->launchGraph(*executable_);
+      }
+      last_launch_.record(handle);
+      last_stream_.store(stream.id(), std::memory_order_relaxed);
+    }
     if (sanitizer::enabled()) sanitizer::onEventRecord(&last_launch_, stream.id());
   }
 
@@ -181,6 +193,7 @@ class SpyreGraph final : public at::GraphImplInterface {
     graph_.reset();
     executable_.reset();
     nodes_.clear();
+    accesses_.clear();
     releaseInputs();
     if (pool_held_) {
       releaseGraphPool(pool_);
@@ -191,9 +204,10 @@ class SpyreGraph final : public at::GraphImplInterface {
   // The inputs' blocks are reused only once the last replay (ordered after
   // every earlier one) has finished.
   void releaseInputs() noexcept {
-    if (last_stream_ >= 0 && !inputs_.empty()) {
+    const c10::StreamId last_stream = last_stream_.load(std::memory_order_relaxed);
+    if (last_stream >= 0 && !inputs_.empty()) {
       try {
-        const SpyreStream last(detail::makeSpyreStream(boundDevice(), last_stream_));
+        const SpyreStream last(detail::makeSpyreStream(boundDevice(), last_stream));
         for (const c10::Storage& input : inputs_) recordStream(input.data_ptr(), last);
       } catch (...) {
         // A torn-down runtime (exit): nothing runs any more.
@@ -209,12 +223,18 @@ class SpyreGraph final : public at::GraphImplInterface {
   std::optional<flex::RuntimeGraph> executable_;  // what replay launches
   std::vector<capture::Node> nodes_;              // for debug_dump
   std::vector<c10::Storage> inputs_;  // kept alive for the replays (capture::Capture::inputs)
+  // What each node reads and writes, for the sanitizer (capture::Node::accesses).
+  struct Replayed {
+    std::string op;
+    std::vector<sanitizer::Access> accesses;
+  };
+  std::vector<Replayed> accesses_;
   c10::MempoolId_t pool_{0, 0};
   bool pool_held_ = false;
   // The previous launch (replay), which the next one is ordered after.
   std::mutex launch_mutex_;
   flex::RuntimeEvent last_launch_;
-  c10::StreamId last_stream_ = -1;
+  std::atomic<c10::StreamId> last_stream_{-1};
 };
 
 }  // namespace

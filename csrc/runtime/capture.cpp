@@ -106,8 +106,13 @@ void raiseIfInvalidated(std::unique_lock<std::mutex>& lock, const Capture& captu
 void addNodeLocked(Capture& capture, c10::StreamId stream, const char* name, size_t bytes) {
   Capture::StreamState& state = stateOf(capture, stream);
   const size_t index = capture.nodes.size();
-  capture.nodes.push_back(Node{name != nullptr ? name : "compute", stream, bytes,
-                               frontierOf(state)});
+  Node& node = capture.nodes.emplace_back(
+      Node{name != nullptr ? name : "compute", stream, bytes, frontierOf(state), {}, {}});
+  if (state.noted) {
+    node.op = std::move(state.noted->first);
+    node.accesses = std::move(state.noted->second);
+    state.noted.reset();
+  }
   state.last = index;
   state.pending.clear();
 }
@@ -245,6 +250,16 @@ bool recordFill(c10::StreamId stream, const flex::CompositeAddress& address, dou
   raiseIfInvalidated(lock, *capture, stream, "a fill");
   capture->graph.addFill(&address, value, format);
   addNodeLocked(*capture, stream, "fill", address.total_size());
+  return true;
+}
+
+bool noteAccesses(c10::StreamId stream, const std::string& op,
+                  const std::vector<sanitizer::Access>& accesses) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  Capture* capture = captureOfLocked(r, stream);
+  if (capture == nullptr) return false;
+  stateOf(*capture, stream).noted.emplace(op, accesses);
   return true;
 }
 

@@ -48,16 +48,22 @@
 #include <c10/core/Stream.h>
 #include <flex/flex.hpp>
 
+#include "runtime/sanitizer.h"
+
 namespace spyre::capture {
 
 enum class Mode : int8_t { Global, ThreadLocal, Relaxed };
 
-// One captured operation, for debug_dump.
+// One captured operation, for debug_dump and the sanitizer.
 struct Node {
   std::string name;  // as the profiler names it: "aten::add.out", "D2D", "fill"
   c10::StreamId stream;
   size_t bytes;
   std::vector<size_t> deps;  // earlier nodes it waits for (stream order, events)
+  // What it reads and writes, as its launch described it to the sanitizer
+  // (sanitizer::onLaunch): a replay checks these as if each node were launched.
+  std::string op;  // as the sanitizer names it: "aten::add_.Tensor", "D2D"
+  std::vector<sanitizer::Access> accesses;
 };
 
 // One capture, owned by the graph that began it. Filled under the capture lock.
@@ -74,6 +80,8 @@ struct Capture {
     c10::StreamId id;
     std::optional<size_t> last;
     std::vector<size_t> pending;
+    // The accesses the stream's next node's launch described (noteAccesses).
+    std::optional<std::pair<std::string, std::vector<sanitizer::Access>>> noted;
   };
   std::vector<StreamState> streams;
   // The storages of what the captured work uses that the capture did not
@@ -110,6 +118,12 @@ bool recordCompute(c10::StreamId stream, const std::function<void()>& fn, const 
 bool recordD2D(c10::StreamId stream, const flex::D2DParams& params);
 bool recordFill(c10::StreamId stream, const flex::CompositeAddress& address, double value,
                 flex::DataFormats format);
+
+// A launch on `stream` describes its accesses (sanitizer::onLaunch, just
+// before it is launched): true when `stream` is capturing, and they belong to
+// the node recorded next on it.
+bool noteAccesses(c10::StreamId stream, const std::string& op,
+                  const std::vector<sanitizer::Access>& accesses);
 
 // Work recorded on `stream` uses `storage`, which its capture did not
 // allocate: the capture (then its graph) keeps it alive. Nothing when

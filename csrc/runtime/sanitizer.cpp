@@ -272,10 +272,10 @@ Mode mode() {
 }
 
 void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses) {
+  // Captured work is recorded, not run: it accesses nothing now. Its graph
+  // keeps the accesses and launches them at each replay (replayOf).
+  if (capture::anyCapture() && capture::noteAccesses(stream_id, op, accesses)) return;
   if (!enabled()) return;
-  // Captured work is recorded, not run: it accesses nothing now (replays are
-  // not tracked yet: docs/graphs.md).
-  if (capture::isCapturing(stream_id)) return;
   const bool order = mode() == Mode::Order;
   // Before the lock: capturing a Python stack takes the GIL (no report to
   // show it in when ordering).
