@@ -4,9 +4,12 @@
 // (device/caching_allocator.h).
 //
 // capture_begin puts the current stream in a capture and makes its
-// allocations come from the graph's pool; capture_end checks the capture and
-// keeps what it recorded; replay queues the whole graph on the current stream
-// as one runtime operation and returns at once.
+// allocations come from the graph's pool (an id a graph made, or its own);
+// capture_end checks the capture and keeps what it recorded, the storages of
+// its external inputs (alive until reset) and each node's accesses; replay
+// checks those with the sanitizer, then queues the whole graph on the current
+// stream as one runtime operation, after the graph's previous launch, and
+// returns at once.
 #include <ATen/core/GraphImplInterface.h>
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
