@@ -145,6 +145,7 @@ void begin(Capture& capture, c10::StreamId stream, Mode mode,
   capture.streams.assign(1, Capture::StreamState{stream, std::nullopt, {}});
   capture.invalidated.clear();
   capture.inputs.clear();
+  capture.input_impls.clear();
   capture.active = true;
   r.by_stream[static_cast<size_t>(stream)] = &capture;
   r.active.push_back(&capture);
@@ -268,9 +269,7 @@ void holdInput(c10::StreamId stream, const c10::Storage& storage) {
   std::lock_guard<std::mutex> lock(r.mutex);
   Capture* capture = captureOfLocked(r, stream);
   if (capture == nullptr) return;
-  for (const c10::Storage& held : capture->inputs) {
-    if (held.unsafeGetStorageImpl() == storage.unsafeGetStorageImpl()) return;
-  }
+  if (!capture->input_impls.insert(storage.unsafeGetStorageImpl()).second) return;
   capture->inputs.push_back(storage);  // released by the graph, never under this lock
 }
 

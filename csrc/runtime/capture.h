@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -87,6 +88,7 @@ struct Capture {
   // The storages of what the captured work uses that the capture did not
   // allocate: the graph keeps them alive, so no replay reads freed memory.
   std::vector<c10::Storage> inputs;
+  std::unordered_set<const c10::StorageImpl*> input_impls;  // the same, to find one at once
   bool active = false;
   std::string invalidated;  // why an operation invalidated the capture (sticky)
 };
