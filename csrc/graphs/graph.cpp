@@ -107,7 +107,7 @@ class SpyreGraph final : public at::GraphImplInterface {
     inputs_ = std::move(ended->inputs);
     accesses_.clear();
     for (const capture::Node& node : nodes_) {
-      if (!node.op.empty()) accesses_.push_back({node.op + " (in a graph replay)", node.accesses});
+      if (!node.op.empty()) accesses_.emplace_back(node.op + " (in a graph replay)", node.accesses);
     }
     if (nodes_.empty()) {
       TORCH_WARN("spyre graph: the captured graph is empty: nothing was launched on the capturing "
@@ -143,7 +143,7 @@ class SpyreGraph final : public at::GraphImplInterface {
       // Each node's accesses, checked (or ordered, by the hazard tracker) as
       // if it were launched here, before anything is queued.
       if (follows) sanitizer::onStreamWaitEvent(stream.id(), &last_launch_);
-      for (const Replayed& node : accesses_) sanitizer::onLaunch(stream.id(), node.op, node.accesses);
+      sanitizer::onLaunchAll(stream.id(), accesses_);
     }
     {
       const std::lock_guard<std::mutex> lock(launch_mutex_);
@@ -227,11 +227,7 @@ class SpyreGraph final : public at::GraphImplInterface {
   std::vector<capture::Node> nodes_;              // for debug_dump
   std::vector<c10::Storage> inputs_;  // kept alive for the replays (capture::Capture::inputs)
   // What each node reads and writes, for the sanitizer (capture::Node::accesses).
-  struct Replayed {
-    std::string op;
-    std::vector<sanitizer::Access> accesses;
-  };
-  std::vector<Replayed> accesses_;
+  std::vector<std::pair<std::string, std::vector<sanitizer::Access>>> accesses_;
   c10::MempoolId_t pool_{0, 0};
   bool pool_held_ = false;
   // The previous launch (replay), which the next one is ordered after.

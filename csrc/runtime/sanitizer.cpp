@@ -271,23 +271,53 @@ Mode mode() {
   return static_cast<Mode>(detail::g_mode.load(std::memory_order_relaxed));
 }
 
-void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses) {
-  // Captured work is recorded, not run: it accesses nothing now. Its graph
-  // keeps the accesses and launches them at each replay (replayOf).
-  if (capture::anyCapture() && capture::noteAccesses(stream_id, op, accesses)) return;
-  if (!enabled()) return;
-  const bool order = mode() == Mode::Order;
-  // Before the lock: capturing a Python stack takes the GIL (no report to
-  // show it in when ordering).
-  std::string stack =
-      reporting().stack != nullptr && !order ? reporting().stack() : std::string();
-  std::vector<Record> mine;
-  mine.reserve(accesses.size());
+namespace {
+
+// One launch on `stream_id` of the accesses `mine` (onLaunch, onLaunchAll).
+void launchRecords(int64_t stream_id, std::vector<Record> mine, bool order);
+
+void addRecords(std::vector<Record>& mine, int64_t stream_id, const std::string& op,
+                const std::vector<Access>& accesses, const std::string& stack) {
   for (const Access& a : accesses) {
     Record r{intervals(a.bytes), bounds(a.bytes), a.bytes.what, a.write, a.host, stream_id, 0, op,
              stack};
     if (!r.bytes.empty()) mine.push_back(std::move(r));
   }
+}
+
+// Before the lock: capturing a Python stack takes the GIL (no report to show
+// it in when ordering).
+std::string launchStack(bool order) {
+  return reporting().stack != nullptr && !order ? reporting().stack() : std::string();
+}
+
+}  // namespace
+
+void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses) {
+  // Captured work is recorded, not run: it accesses nothing now. Its graph
+  // keeps the accesses and checks them at each replay (onLaunchAll).
+  if (capture::anyCapture() && capture::noteAccesses(stream_id, op, accesses)) return;
+  if (!enabled()) return;
+  const bool order = mode() == Mode::Order;
+  std::vector<Record> mine;
+  mine.reserve(accesses.size());
+  addRecords(mine, stream_id, op, accesses, launchStack(order));
+  launchRecords(stream_id, std::move(mine), order);
+}
+
+void onLaunchAll(int64_t stream_id,
+                 const std::vector<std::pair<std::string, std::vector<Access>>>& launches) {
+  if (!enabled()) return;
+  const bool order = mode() == Mode::Order;
+  const std::string stack = launchStack(order);
+  std::vector<Record> mine;
+  for (const auto& [op, accesses] : launches) addRecords(mine, stream_id, op, accesses, stack);
+  launchRecords(stream_id, std::move(mine), order);
+}
+
+namespace {
+
+void launchRecords(int64_t stream_id, std::vector<Record> mine, bool order) {
   std::string problem;
   std::vector<int64_t> waits;  // Mode::Order: the streams to wait for
   {
@@ -344,6 +374,8 @@ void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access
   if (reporting().raise != nullptr) reporting().raise(problem);
   throw std::runtime_error(problem);
 }
+
+}  // namespace
 
 void onEventRecord(const void* event, int64_t stream) {
   if (!enabled()) return;

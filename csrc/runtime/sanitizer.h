@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <c10/util/SmallVector.h>
@@ -87,6 +88,11 @@ struct Access {
 // access races with an earlier one; nothing is queued then in raise mode. In
 // Mode::Order, queues the waits that order it instead.
 void onLaunch(int64_t stream, const std::string& op, const std::vector<Access>& accesses);
+// The same for operations (op, accesses) launched together as one, in order (a
+// graph replay): all are checked before any is recorded, so a report leaves
+// none recorded.
+void onLaunchAll(int64_t stream,
+                 const std::vector<std::pair<std::string, std::vector<Access>>>& launches);
 
 // The host side of copies: a non_blocking copy's pinned host bytes are an
 // access of its stream like its device bytes (onLaunch, Access::host), and
