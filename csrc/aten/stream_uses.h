@@ -18,7 +18,7 @@ namespace spyre {
 // Device work queued on `stream` uses `t`: its block is not reused before that
 // work has finished. Ignores undefined, storage-less and non-spyre tensors.
 // While `stream` captures a graph, the graph also keeps `t`'s storage alive
-// (until its reset) unless the capture allocated it: an input freed by the
+// (until its reset) unless it is in the capture's pool: an input freed by the
 // program is still there for every replay (docs/graphs.md).
 void recordUse(const at::Tensor& t, const SpyreStream& stream);
 
