@@ -123,6 +123,9 @@ for mode in ("sync", "async"):
     if work is not None:
         work.wait()
     out[f"all_reduce.large.{mode}"] = torch.equal(t.cpu(), expected)
+    # The staged copy's pinned buffer returns to the cache once its last copy has
+    # run: wait for it, or the next call may find the buffer still in use.
+    torch.spyre.synchronize()
 out["all_reduce.large.pinned_allocs"] = torch.spyre.host_memory_stats()["num_host_alloc"] - pinned
 work = dist.barrier(async_op=True)
 out["barrier"] = [work.wait(), dist.barrier()]

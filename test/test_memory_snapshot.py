@@ -343,6 +343,7 @@ def test_exit_with_history_on_and_tensors_alive():
         torch.spyre.memory._record_memory_history()
         keep = [torch.ones(1000, device="spyre") for _ in range(3)]
         side = torch.spyre.Stream()
+        side.wait_stream(torch.spyre.current_stream())  # keep[0] was made on it
         with torch.spyre.stream(side):
             y = keep[0] * 2
         print(len(torch.spyre.memory._snapshot()["device_traces"][0]))

@@ -280,6 +280,7 @@ def test_summary_splits_the_timeline_and_counts_the_overlap():
 
 DETERMINISM = OVERLAP + """
     x = torch.randn(1 << 16, device="spyre")
+    torch.spyre.synchronize()  # x is read on other streams below
     s3 = torch.spyre.Stream()
     times = []
     for i in range(20):
