@@ -324,6 +324,9 @@ def test_d2d_is_stream_ordered_either_way(non_blocking):
     want = sample(torch.float32)
     src = want.to("spyre")
     dst = torch.full((3, 4), -1.0, device="spyre")
+    # src and dst are written on the default stream, which neither the gated copy nor
+    # the reading stream is ordered after: let those writes finish first.
+    torch.spyre.synchronize()
     stream = torch.spyre.Stream()
     with stream, Gate() as gate:
         gate.block()
