@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include "aten/launch.h"
+#include "aten/thread_mode.h"
 #include "python/bindings.h"
 #include "runtime/runtime.h"
 
@@ -36,6 +37,12 @@ PYBIND11_MODULE(_C, m) {
       [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false); });
   installHostWaitHooks();
   spyre::registerFunctionalForms();
+  // A borrowed dispatch key, registered only if nothing else claimed it (aten/thread_mode.h).
+  const std::string key_taken = spyre::registerThreadModeKey();
+  if (!key_taken.empty() && PyErr_WarnEx(PyExc_RuntimeWarning, key_taken.c_str(), 1) != 0) {
+    throw py::error_already_set();
+  }
+  m.def("_thread_mode_key_owned", &spyre::threadModeKeyOwned);
   checkTorchStreamIndices();
   bindRuntime(m);
   bindStreams(m);
