@@ -43,7 +43,11 @@ PYBIND11_MODULE(_C, m) {
     throw py::error_already_set();
   }
   m.def("_thread_mode_key_owned", &spyre::threadModeKeyOwned);
-  checkTorchStreamIndices();
+  const std::string stream_new_unchecked = checkTorchStreamIndices();
+  if (!stream_new_unchecked.empty() &&
+      PyErr_WarnEx(PyExc_RuntimeWarning, stream_new_unchecked.c_str(), 1) != 0) {
+    throw py::error_already_set();
+  }
   bindRuntime(m);
   bindStreams(m);
   bindEvents(m);
