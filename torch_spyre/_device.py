@@ -123,7 +123,7 @@ def _drain_for_profiler(device_index) -> None:
     """Wait for the device without raising, so the profile completes; a fault is
     reported by a warning, and one not seen yet stays pending for the program's
     next synchronize (docs/profiling.md, "Faults")."""
-    failed, consumed = _C._drain(device_index)
+    failed, consumed = _C._synchronize_no_throw(device_index)
     if consumed:
         message = f"spyre: a stream failed while the profiler stopped: {consumed}"
     elif failed:

@@ -24,7 +24,7 @@ namespace {
 // (against c10::DeviceIndex's range and the backend's device count).
 newfunc torch_stream_new = nullptr;
 
-PyObject* checkedTorchStreamNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+PyObject* torchStreamNewCheckingSpyreIndex(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   const auto argument = [&](Py_ssize_t position, const char* name) -> PyObject* {
     if (args != nullptr && PyTuple_Size(args) > position) return PyTuple_GET_ITEM(args, position);
     return kwargs != nullptr ? PyDict_GetItemString(kwargs, name) : nullptr;
@@ -98,7 +98,7 @@ std::string libraryOf(void* function) {
 }
 
 std::string checkTorchStreamIndices() {
-  if (torch_stream_new != nullptr || THPStreamClass->tp_new == &checkedTorchStreamNew) return "";
+  if (torch_stream_new != nullptr || THPStreamClass->tp_new == &torchStreamNewCheckingSpyreIndex) return "";
   const std::string library = libraryOf(reinterpret_cast<void*>(THPStreamClass->tp_new));
   const size_t slash = library.rfind('/');
   if (library.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos,
@@ -109,7 +109,7 @@ std::string checkTorchStreamIndices() {
            "not check a spyre device index";
   }
   torch_stream_new = THPStreamClass->tp_new;
-  THPStreamClass->tp_new = &checkedTorchStreamNew;
+  THPStreamClass->tp_new = &torchStreamNewCheckingSpyreIndex;
   return "";
 }
 
