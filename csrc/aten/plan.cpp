@@ -415,7 +415,7 @@ at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device) {
   const size_t nbytes = deviceAllocationBytes(at::detail::computeStorageNbytes(
       layout.sizes, layout.strides, c10::elementSize(layout.dtype)));
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
-                       allocateOnCheckedDevice(nbytes, device), deviceAllocator(),
+                       allocateSkippingDeviceCheck(nbytes, device), deviceAllocator(),
                        /*resizable=*/true);
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), kSpyreKeys, c10::scalarTypeToTypeMeta(layout.dtype));
