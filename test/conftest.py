@@ -232,7 +232,9 @@ _files_started = set()
 
 def pytest_runtest_logstart(nodeid, location):
     """pytest-xdist's controller prints only dots: name each test file as a worker starts it."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or _terminal is None:
+    # (A worker has workerinput; PYTEST_XDIST_WORKER would also be set in a pytest that a
+    # worker's test starts.)
+    if _terminal is None or hasattr(_terminal.config, "workerinput"):
         return
     if not getattr(_terminal.config.option, "numprocesses", None):
         return  # a serial run names its files itself

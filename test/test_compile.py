@@ -328,3 +328,35 @@ def test_dynamo_imported_first_still_knows_spyre():
         fresh=True,  # dynamo first: the fork server has imported both
     )
     assert out.stdout.strip() == "SpyreInterface"
+
+
+def test_convolution_layouts_are_what_torchs_fake_kernel_says():
+    # Torch routes a spyre convolution to its overrideable backend: contiguous outputs (and
+    # gradients) whatever the arguments' layout, as its fake kernel tells torch.compile.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g = torch.Generator().manual_seed(0)
+    cl = torch.channels_last
+    x = torch.randn(2, 3, 8, 8, generator=g).contiguous(memory_format=cl)
+    w = torch.randn(8, 3, 3, 3, generator=g).contiguous(memory_format=cl)
+    b = torch.randn(8, generator=g)
+    args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    spyre = [t.to(SPYRE) for t in (x, w, b)]
+    out = torch.ops.aten.convolution(*spyre, *args)
+    grads = torch.ops.aten.convolution_backward(out, spyre[0], spyre[1], [8], *args,
+                                                [True, True, True])
+    mode = FakeTensorMode()
+    fake = [mode.from_tensor(t) for t in spyre]
+    with mode:
+        fake_out = torch.ops.aten.convolution(*fake, *args)
+        fake_grads = torch.ops.aten.convolution_backward(fake_out, fake[0], fake[1], [8], *args,
+                                                         [True, True, True])
+    assert out.stride() == fake_out.stride() == (512, 64, 8, 1)
+    assert [t.stride() for t in grads] == [t.stride() for t in fake_grads] == [
+        (192, 64, 8, 1), (27, 9, 3, 1), (1,)]
+    # The values are CPU's for the same arguments made contiguous.
+    xc, wc = x.contiguous(), w.contiguous()
+    cpu_out = torch.ops.aten.convolution(xc, wc, b, *args)
+    assert torch.equal(out.cpu(), cpu_out)
+    cpu_grads = torch.ops.aten.convolution_backward(cpu_out, xc, wc, [8], *args, [True, True, True])
+    assert all(torch.equal(got.cpu(), want) for got, want in zip(grads, cpu_grads))

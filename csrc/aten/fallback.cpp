@@ -24,10 +24,25 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   launchOp(op, stack);
 }
 
+// Torch routes a spyre convolution to its "overrideable" backend, whose
+// outputs are contiguous whatever the layout of the input and weight: that is
+// what torch's fake kernel says of spyre (torch.compile plans with it). CPU's
+// kernel would return channels-last outputs for channels-last arguments, so
+// those arguments are made contiguous (stream-ordered copies) first.
+void makeContiguous(torch::jit::Stack* stack, size_t first, std::initializer_list<size_t> args) {
+  for (const size_t arg : args) {
+    c10::IValue& v = (*stack)[first + arg];
+    if (v.isTensor() && v.toTensor().defined() && !v.toTensor().is_contiguous()) {
+      v = v.toTensor().contiguous();
+    }
+  }
+}
+
 // convolution_overrideable has aten::convolution's arguments: infer shapes and
 // compute with it.
 void convolutionOverrideable(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static const c10::OperatorHandle convolution = opHandle("aten::convolution", "");
+  makeContiguous(stack, stack->size() - op.schema().arguments().size(), {0, 1});  // input, weight
   launchOpAs(op, convolution, stack);
 }
 
@@ -37,6 +52,7 @@ void convolutionBackwardOverrideable(const c10::OperatorHandle& op, torch::jit::
   static const c10::OperatorHandle backward = opHandle("aten::convolution_backward", "");
   const size_t num_args = op.schema().arguments().size();
   const size_t first = stack->size() - num_args;
+  makeContiguous(stack, first, {0, 1, 2});  // grad_output, input, weight
   const at::Tensor& grad_output = (*stack)[first].toTensor();
   const std::vector<int64_t> bias_sizes{grad_output.size(1)};
   stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(first + 3), c10::IValue(bias_sizes));
