@@ -17,8 +17,11 @@ torch this code was written against (WRITTEN_AGAINST). On a mismatch the feature
 with one warning naming the torch version and the feature, and nothing of it is patched:
 torch.compile on spyre then raises, reduce-overhead on spyre runs without graphs (inductor's
 own skip), and so on (`report()` lists each feature's state). Patches are applied once, for
-every thread alike, and never changed afterwards: no torch module global changes during a
-compile (what depends on the lowering in progress is thread-local state read by the patch).
+every thread alike, and never changed afterwards. Inductor's are applied as its compile_fx
+module finishes loading: every inductor compile imports it first, and Python's import lock
+holds any other thread importing it until the hook has run, so no compile sees a half-patched
+torch and no torch module global changes while one runs (what depends on the lowering in
+progress is thread-local state the patch reads).
 
 `print_fingerprints()` prints the targets' hashes in the installed torch (to record a new one).
 """
@@ -159,7 +162,8 @@ def current_fingerprints(feature):
 
 
 _lock = threading.Lock()
-_state = {}  # feature -> "enabled" or "disabled: ..."
+_state = {}  # feature -> "enabled", or "disabled: <the targets that differ>"
+_messages = {}  # feature -> the warning it was disabled with
 
 
 def check(feature):
@@ -175,8 +179,9 @@ def check(feature):
         if not differ:
             _state[feature] = "enabled"
             return True
-        _state[feature] = "disabled: " + disabled_message(feature, differ)
-    warnings.warn(disabled_message(feature, differ), RuntimeWarning, stacklevel=2)
+        _state[feature] = "disabled: " + ", ".join(differ)
+        _messages[feature] = disabled_message(feature, differ)
+    warnings.warn(_messages[feature], RuntimeWarning, stacklevel=2)
     return False
 
 
@@ -187,15 +192,16 @@ def disabled_message(feature, differ):
 
 
 def report():
-    """Each feature's state: "enabled", "disabled: <why>" or "not checked yet"."""
+    """Each feature's state: "enabled", "disabled: <the targets that differ>" or "not checked
+    yet" (its torch module has not loaded)."""
     with _lock:
         return {feature: _state.get(feature, "not checked yet") for feature in TARGETS}
 
 
 def disabled_reason(feature):
+    """The warning `feature` was disabled with, or None."""
     with _lock:
-        state = _state.get(feature, "")
-    return state[len("disabled: "):] if state.startswith("disabled: ") else None
+        return _messages.get(feature)
 
 
 # ---------------------------------------------------------------------------------------
