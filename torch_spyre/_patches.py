@@ -9,7 +9,8 @@ nowhere else in the package. Each patch below says why it exists, what it change
 upstream API would retire it.
 
 Every patch belongs to one feature and names its targets: the torch functions it replaces or
-whose behaviour it reproduces. Before a feature's patches are applied (at `import torch` for
+whose behaviour it reproduces (or, for the import finder that acts on Python's import system,
+the premise it relies on: PREMISES). Before a feature's patches are applied (at `import torch` for
 the aliases and the sanitizer's host reads; when inductor's compile_fx module is imported for
 torch.compile, before anything is compiled; when cudagraph_utils is imported for
 reduce-overhead), each target's source is hashed and compared with the hash recorded for the
@@ -119,12 +120,25 @@ TARGETS = {
     INTERFACE: {
         "torch._dynamo.device_interface.register_interface_for_device": "b7df3d48cbab4741",
     },
-    ALIASES: {
-        "torch._register_device_module": "f07ad98307cd2266",
-    },
+    # The aliases act on Python's import system, not on torch code: what they assume of torch
+    # is checked by what it did (PREMISES), not by a hash.
+    ALIASES: {},
     HOST_READS: {
         "torch.Tensor.numpy": "1a335b6ff4b8b3be",
         "torch.Tensor.tolist": "df50a5daa8360128",
+    },
+}
+
+
+def _device_module_is_registered_as_torch_spyre():
+    return sys.modules.get("torch.spyre") is sys.modules.get("torch_spyre")
+
+
+# What a feature assumes of torch's behaviour, checked as it applies: name -> predicate.
+PREMISES = {
+    ALIASES: {
+        "torch._register_device_module registered torch_spyre as sys.modules['torch.spyre']":
+            _device_module_is_registered_as_torch_spyre,
     },
 }
 
@@ -173,6 +187,7 @@ def check(feature):
             return _state[feature] == "enabled"
     differ = [name for name, found in current_fingerprints(feature).items()
               if found != TARGETS[feature][name]]
+    differ += [name for name, holds in PREMISES.get(feature, {}).items() if not holds()]
     with _lock:
         if feature in _state:
             return _state[feature] == "enabled"
