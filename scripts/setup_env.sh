@@ -40,12 +40,7 @@ if [ -z "${MAX_JOBS:-}" ]; then
 fi
 export MAX_JOBS
 
-# ccache, where installed, keeps compiled objects across clean builds and copies of
-# the checkout (paths under this folder are hashed relative to it).
-if [ -d /usr/lib/ccache ] && command -v ccache >/dev/null; then
-    PATH="/usr/lib/ccache:$PATH"
-    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
-fi
+source scripts/ccache_env.sh
 
 if [ ! -x "$VENV/bin/python" ]; then
     phase "creating the virtual environment $VENV ($(command -v python3), Python $(python3 -c 'import platform; print(platform.python_version())'))"
@@ -76,7 +71,7 @@ PY="$VENV/bin/python"
 # (pyproject.toml's build-system.requires) are among them: the builds below use
 # --no-build-isolation. Installed again only when this list changes.
 # transformers (pinned) is for the tests that run third-party models on spyre.
-REQUIREMENTS=("torch==$TORCH" numpy "setuptools>=64" wheel ninja "pytest>=8" pytest-timeout expecttest matplotlib
+REQUIREMENTS=("torch==$TORCH" numpy "setuptools>=64" wheel ninja "pytest>=8" pytest-timeout "pytest-xdist>=3.5" expecttest matplotlib
               "transformers==4.57.1")
 STAMP="$VENV/quickstart-requirements.txt"
 if [ "$(printf '%s\n' "${REQUIREMENTS[@]}")" != "$(cat "$STAMP" 2>/dev/null)" ]; then

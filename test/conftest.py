@@ -3,6 +3,7 @@ so anything that depends on how the runtime starts runs in a fresh process
 (`run_python`); waits in tests have deadlines (`_helpers.wait_until`)."""
 
 import faulthandler
+import itertools
 import json
 import os
 import select
@@ -174,6 +175,83 @@ def _fork_server():
 def pytest_sessionfinish(session, exitstatus):
     if _server is not None:
         _server.close()
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: counts go to the controller
+        session.config.workeroutput["run_python"] = dict(_runs)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: add up each worker's run_python counts."""
+    for how, n in getattr(node, "workeroutput", {}).get("run_python", {}).items():
+        _runs[how] = _runs.get(how, 0) + n
+
+
+# Tests whose own deadline (timeout marker) is at least this long run for minutes.
+LONG_TEST_DEADLINE = 600
+
+
+def _deadline(item):
+    marker = item.get_closest_marker("timeout")
+    return marker.args[0] if marker is not None and marker.args else 0
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's worksteal scheduling (the README's test command) each worker first
+    gets one contiguous share of the collection, in order. The files with tests that run for
+    minutes are dealt out among the shares (longest first, to the share with the least so far)
+    and start them, so that no worker runs them all one after the other or is left with one at
+    the end. A file stays on one share (module fixtures run once); every worker orders the
+    collection the same way (xdist requires it)."""
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if not workers or workers < 2:
+        return
+    long_paths = {item.path for item in items if _deadline(item) >= LONG_TEST_DEADLINE}
+    long_files, rest = {}, []
+    for item in items:
+        if item.path in long_paths:
+            long_files.setdefault(item.path, []).append(item)
+        else:
+            rest.append(item)
+    shares = [[] for _ in range(workers)]
+    weights = [0] * workers
+    for group in sorted(long_files.values(), key=lambda g: -sum(map(_deadline, g))):
+        k = weights.index(min(weights))
+        shares[k].extend(group)
+        weights[k] += sum(map(_deadline, group))
+    # Fill each share to the size worksteal gives it: len(pending) // workers left.
+    remaining, it = len(items), iter(rest)
+    for k in range(workers):
+        size = remaining // (workers - k)
+        remaining -= size
+        shares[k].extend(itertools.islice(it, max(0, size - len(shares[k]))))
+    items[:] = [item for share in shares for item in share] + list(it)
+
+
+_files_started = set()
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """pytest-xdist's controller prints only dots: name each test file as a worker starts it."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or _terminal is None:
+        return
+    if not getattr(_terminal.config.option, "numprocesses", None):
+        return  # a serial run names its files itself
+    path = nodeid.split("::")[0]
+    if path not in _files_started:
+        _files_started.add(path)
+        # Past the dots already on the line (ensure_newline does not count them).
+        if getattr(_terminal._tw, "width_of_current_line", 0):
+            _terminal.write("\n")
+        _terminal.write_line(f"{path} started")
+
+
+_terminal = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    global _terminal
+    _terminal = config.pluginmanager.get_plugin("terminalreporter")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -307,8 +385,10 @@ def progress_line(config, label, message, start):
     """Prints `label: message` on the terminal at once, past pytest's output capture, with the
     time since `start` (time.monotonic())."""
     elapsed = int(time.monotonic() - start)
+    # stderr: a pytest-xdist worker's stdout does not reach the terminal, its stderr does.
     with config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
-        print(f"\n    [{elapsed // 60}:{elapsed % 60:02d}] {label}: {message}", flush=True)
+        print(f"\n    [{elapsed // 60}:{elapsed % 60:02d}] {label}: {message}", file=sys.stderr,
+              flush=True)
 
 
 @pytest.fixture

@@ -6,11 +6,12 @@ rank<N>.json and the test checks exact values for both ranks.
 """
 
 import re
-import sys
 import textwrap
 
 import pytest
 import torch.distributed as dist
+
+from conftest import run_python
 
 from _helpers import (  # noqa: F401  (re-exported: other files import them from here)
     NPROC, PRELUDE, ROOT, kill_workers, rank_results, torchrun)
@@ -26,8 +27,17 @@ def test_spyreccl_is_registered_as_the_default_for_spyre():
     assert dist.Backend.default_device_backend_map["cpu"] == "gloo"
     assert dist.Backend.backend_capability["spyreccl"] == ["spyre"]
     assert dist.Backend._plugins["SPYRECCL"].extended_api is True
-    # The backend module loads with the first process group, not with torch.
-    assert "torch_spyre.distributed" not in sys.modules
+
+
+def test_the_backend_module_loads_with_the_first_process_group_not_with_torch():
+    # In a process of its own: other tests of this one may have made a process group.
+    loaded = run_python("""
+import sys
+import torch
+import torch.distributed
+print("torch_spyre.distributed" in sys.modules)
+""").stdout.split()
+    assert loaded == ["False"]
 
 
 # ---------------------------------------------------------------- one job, every collective

@@ -173,3 +173,58 @@ print(error("cpu"))
     spyre, cpu = run_python(code).stdout.splitlines()
     assert spyre == cpu
     assert spyre != "no error"
+
+
+# A loop over new shapes: a pointwise op whose tensors are all contiguous and of one shape
+# reuses another shape's plan (csrc/aten/plan.cpp, pointwisePlan); every other call runs its
+# meta kernel. Results, strides and dtypes equal CPU's either way.
+NEW_SHAPES = """
+import json
+import torch
+from torch_spyre import _C
+
+def calls(x):
+    return {
+        "add_scalar": x + 1,                        # pointwise: a template after the first shape
+        "mul_self": x * x,
+        "where": torch.where(x > 0, x, 2.5),
+        "to_int": x.to(torch.int32) + 3,
+        "gt": x > 0.5,
+        "frexp": torch.frexp(x)[1],                 # two outputs
+        "sum_dim": x.sum(dim=0),                    # reductions: a meta run per shape
+        "sliced": x[:, :1] * 2,                     # not contiguous: a meta run per shape
+        "broadcast": x + x[:1],                     # two shapes: a meta run per shape
+        "transposed": x.t() * 3,                    # not contiguous
+    }
+
+def counts():
+    return _C._plan_counts()
+
+results, made = {}, []
+for rows in (5, 1, 7, 64, 0):
+    cpu = torch.randn(rows, 3)
+    spyre_x = cpu.to("spyre")
+    before = counts()
+    spyre = calls(spyre_x)
+    after = counts()
+    made.append([after[k] - before[k] for k in ("meta_runs", "from_template")])
+    for name, want in calls(cpu).items():
+        got = spyre[name]
+        ok = (got.shape == want.shape and got.stride() == want.stride() and got.dtype == want.dtype
+              and torch.equal(got.cpu(), want))
+        results.setdefault(name, []).append(ok)
+print(json.dumps({"equal": results, "made": made}))
+"""
+
+
+def test_new_shapes_reuse_pointwise_plans_and_equal_cpu():
+    import json
+
+    out = json.loads(run_python(NEW_SHAPES).stdout)
+    assert out["equal"] == {name: [True] * 5 for name in (
+        "add_scalar", "mul_self", "where", "to_int", "gt", "frexp", "sum_dim", "sliced",
+        "broadcast", "transposed")}
+    # Per shape, [meta runs, plans from a template] for the 11 launched calls: the first shape
+    # runs every meta kernel; rows 1, 7, 64 take add, mul, both gt and the int add from
+    # templates (where and frexp run theirs); an empty tensor runs every meta kernel.
+    assert out["made"] == [[11, 0], [6, 5], [6, 5], [6, 5], [11, 0]]

@@ -354,6 +354,43 @@ def test_record_function_and_schedule_with_tensorboard_handler(tmp_path):
         assert step in around
 
 
+def test_the_profiler_exit_is_wrapped_once_and_told_apart_by_a_context_flag():
+    from torch_spyre import _profiler_exit
+
+    wrapper = torch.autograd.profiler.profile.__exit__
+    assert _profiler_exit.fingerprint(wrapper._torch_spyre_wraps) == _profiler_exit.TARGET_HASH
+    assert _profiler_exit.install()  # again: nothing changes
+    assert torch.autograd.profiler.profile.__exit__ is wrapper
+    seen = []
+    with profile(activities=[ProfilerActivity.CPU]):
+        seen.append(_profiler_exit.stopping())  # the program's own code: not the stop
+    assert seen == [False] and not _profiler_exit.stopping()
+
+
+def test_another_torchs_profiler_exit_is_left_alone_with_one_warning():
+    # A different __exit__ (as another torch's would be) before torch_spyre's import.
+    proc = run_python("""
+        import warnings
+        import torch
+        original = torch.autograd.profiler.profile.__exit__
+        def other(self, *exc):
+            return original(self, *exc)
+        torch.autograd.profiler.profile.__exit__ = other
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import torch_spyre
+        for w in caught:
+            print(w.category.__name__, w.message)
+        print(torch.autograd.profiler.profile.__exit__ is other)
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert proc.stdout.splitlines() == [
+        f"RuntimeWarning torch_spyre: a profile that completes despite a device fault is disabled: "
+        f"in torch {torch.__version__}, torch.autograd.profiler.profile.__exit__ differs from "
+        "torch 2.13.0's, which torch_spyre patches for it and was written against",
+        "True",
+    ]
+
+
 def test_host_compute_and_default_streams_have_named_lanes(tmp_path):
     hc = torch.spyre.host_compute_stream()
     torch.spyre.synchronize()

@@ -104,7 +104,7 @@ def test_readme_commands_on_a_fresh_machine(tmp_path, progress):
         assert phases(tests) == [
             "building torch_spyre in place (MAX_JOBS=%s; only what changed)" % env["MAX_JOBS"],
             "torch_spyre is ready in .venv",
-            "running the test suite (both tiers)",
+            f"running the test suite (both tiers, {min(max(len(os.sched_getaffinity(0)), 2), 4)} pytest-xdist workers)",
             "tests finished (pytest exit status 0)",
         ]
         assert any(line.startswith("test/test_docs.py ") for line in tests), tests  # the file runs

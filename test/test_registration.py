@@ -1,5 +1,7 @@
 """Issue 2: `import torch` alone gives a working, lazily started spyre device."""
 
+import textwrap
+
 import pytest
 import torch
 
@@ -232,3 +234,76 @@ def test_amp_and_module_surface():
                  "manual_seed", "manual_seed_all", "seed", "initial_seed",
                  "get_rng_state", "set_rng_state"):
         assert callable(getattr(torch.spyre, name)), name
+
+
+# The thread mode key (csrc/aten/thread_mode.h): a dispatch key spyre borrows, registered at
+# import only when no other library registered on it.
+KEY = "TESTING_ONLY_GenericMode"
+KEY_LEFT = ("which spyre borrows as its thread mode key; spyre leaves the key alone: metadata "
+            "inference uses torch's (Python) Meta kernels and the stream sanitizer does not check "
+            "the host side of copies")
+# After a pending non_blocking D2H under the sanitizer: whether the thread carries the key, and
+# spyre's results (sin, matmul and sum go through metadata inference).
+KEY_USE = f"""
+    from torch_spyre import sanitizer
+    torch.spyre.synchronize()
+    sanitizer.enable()
+    h = torch.full((8,), 2.0, device="spyre").to("cpu", non_blocking=True)
+    assert h.is_pinned()
+    print("{KEY}" in repr(torch._C._dispatch_tls_local_include_set()))
+    torch.spyre.synchronize()
+    sanitizer.disable()
+    x = torch.arange(6.0).reshape(2, 3)
+    y = (x.to("spyre").sin() @ x.to("spyre").T).sum(0).cpu()
+    assert torch.equal(y, (x.sin() @ x.T).sum(0)), (y, (x.sin() @ x.T).sum(0))
+"""
+
+
+def test_thread_mode_key_is_spyres():
+    proc = run_python(
+        f"""
+        import warnings
+        warnings.simplefilter("error")
+        import torch, torch_spyre
+        assert torch_spyre._C._thread_mode_key_owned()
+        {textwrap.indent(textwrap.dedent(KEY_USE), " " * 8).strip()}
+        """
+    )
+    assert proc.stdout == "True\n"
+
+
+@pytest.mark.parametrize("registration", ["kernel", "fallback"])
+def test_thread_mode_key_registered_by_another_library_is_left_alone(registration):
+    # Registered before torch_spyre's import (no autoload): the import warns once, names the key
+    # and the other registration, and spyre neither includes the key nor misses a result.
+    register = {
+        "kernel": f'lib = torch.library.Library("aten", "IMPL"); lib.impl("sin", lambda x: x, "{KEY}")',
+        "fallback": f'lib = torch.library.Library("_", "IMPL"); lib.fallback(lambda *a: None, "{KEY}")',
+    }[registration]
+    proc = run_python(
+        f"""
+        import warnings
+        import torch
+        {register}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import torch_spyre
+        spyre = [str(w.message) for w in caught if str(w.message).startswith("spyre: another")]
+        assert [w.category for w in caught if str(w.message) in spyre] == [RuntimeWarning]
+        print(spyre[0])
+        dump = torch._C._dispatch_dump("aten::sin").splitlines()
+        print([line.split(" ")[3] for line in dump if line.startswith("{KEY}:")])
+        assert not torch_spyre._C._thread_mode_key_owned()
+        {textwrap.indent(textwrap.dedent(KEY_USE), " " * 8).strip()}
+        """,
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
+    message, registrant, included = proc.stdout.splitlines()
+    if registration == "kernel":
+        (where,) = eval(registrant)  # the kernel's "registered at <string>:N"
+        assert message == (f"spyre: another library registered a kernel for aten::sin on dispatch "
+                           f"key {KEY} (registered at {where}), {KEY_LEFT}")
+    else:
+        assert registrant == "[]"
+        assert message == f"spyre: another library registered a fallback for dispatch key {KEY}, {KEY_LEFT}"
+    assert included == "False"

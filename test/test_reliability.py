@@ -5,6 +5,7 @@ contexts, copies, events and syncs with exact values."""
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -24,6 +25,7 @@ def sanitizer_run(request):
     proc = subprocess.run(
         ["bash", SCRIPT, "plain", "tsan", "asan"],
         cwd=ROOT,
+        env=dict(os.environ, PYTHON=sys.executable),  # the torch it builds against
         capture_output=True,
         text=True,
         timeout=1500,

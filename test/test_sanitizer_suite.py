@@ -2,6 +2,7 @@
 A report here is a real race in a test (order it; or, if the test reads unfinished work on
 purpose, mark it `races`) or a sanitizer bug."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -21,9 +22,11 @@ def sanitized_env():
 @pytest.mark.timeout(1500)
 def test_the_inner_tier_reports_nothing(progress):
     progress("running the inner tier again under TORCH_SPYRE_SANITIZER=1 (minutes)")
+    # Spread over two pytest-xdist workers where installed (the README's setup installs it).
+    workers = ["-n", "2"] if importlib.util.find_spec("xdist") else []
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-         str(ROOT / "test")],
+         *workers, str(ROOT / "test")],
         cwd=ROOT, env=sanitized_env(), capture_output=True, text=True, timeout=1400)
     assert "unsynchronized access" not in proc.stdout + proc.stderr, proc.stdout[-20000:]
     assert proc.returncode == 0, proc.stdout[-20000:] + proc.stderr[-5000:]

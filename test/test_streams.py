@@ -1,6 +1,7 @@
 """Issue 4: StreamPool, SpyreStream, the runtime lifecycle, the guard and the
 torch.spyre stream API, as the design note specifies."""
 
+import re
 import threading
 
 import pytest
@@ -643,3 +644,35 @@ def test_free_runtime_keeps_mapped_handles_and_refuses_restart():
         "process is not supported (start a new process)"
     )
     assert lines[1:] == [expected] * 3
+
+
+def test_torch_stream_constructor_is_wrapped_only_when_it_is_torchs_own():
+    # torch.Stream's tp_new replaced before torch_spyre's import (as another extension could):
+    # spyre warns once, naming where that constructor's code is, and leaves it in place.
+    proc = run_python("""
+        import ctypes, warnings
+        import torch
+        get_slot = ctypes.pythonapi.PyType_GetSlot
+        get_slot.restype, get_slot.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_int]
+        TP_NEW = 65  # Py_tp_new
+        torchs = get_slot(torch.Stream, TP_NEW)
+        (slot,) = [ctypes.c_void_p.from_address(id(torch.Stream) + offset)
+                   for offset in range(0, 512, 8)
+                   if ctypes.c_void_p.from_address(id(torch.Stream) + offset).value == torchs]
+        other = ctypes.cast(ctypes.pythonapi.PyType_GenericNew, ctypes.c_void_p).value
+        slot.value = other
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import torch_spyre
+        for w in caught:
+            print(w.category.__name__, w.message)
+        print(get_slot(torch.Stream, TP_NEW) == other)
+        slot.value = torchs  # torch's own again (for the interpreter's exit)
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    warning, left_alone = proc.stdout.splitlines()
+    assert re.fullmatch(
+        r"RuntimeWarning spyre: torch.Stream's constructor is not torch's own \(its code is in "
+        r"\S*(python|libpython)\S*\): spyre leaves it alone, and torch.Stream\(stream_id, "
+        r"device_index, device_type\) does not check a spyre device index", warning), warning
+    assert left_alone == "True"
+

@@ -26,6 +26,7 @@ from . import _C, _compile  # noqa: F401,E402
 from . import _autograd_exit  # noqa: F401,E402  (clean exit after backward)
 from . import _utils  # noqa: F401,E402  (torch.serialization reads torch.spyre._utils)
 from . import _patches  # noqa: E402
+from . import _profiler_exit  # noqa: E402
 # _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
 from ._device import (  # noqa: F401,E402
     _is_in_bad_fork,
@@ -154,6 +155,7 @@ def _register() -> None:
     _torch.utils.rename_privateuse1_backend("spyre")
     _torch._register_device_module("spyre", _sys.modules[__name__])
     _patches.install_aliases()  # torch.spyre.X is torch_spyre.X
+    _profiler_exit.install()  # the profiler's stop survives a device fault
     _torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 
 

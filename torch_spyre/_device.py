@@ -1,12 +1,11 @@
 """Device functions of torch.spyre: availability, the current device, lazy init."""
 
 import os
-import sys
 import warnings
 
 import torch
 
-from . import _C
+from . import _C, _profiler_exit
 
 # c10::DeviceType::PrivateUse1, the device type torch uses for spyre.
 DEVICE_TYPE = _C._device_type
@@ -114,27 +113,17 @@ def synchronize(device=None) -> None:
         else:
             torch.accelerator.synchronize(device)
         return
-    if _called_by_profiler_exit():
+    if _profiler_exit.stopping():  # torch's profiler stopping (_profiler_exit.py)
         _drain_for_profiler(_device_index(device))
         return
     _C._synchronize(_device_index(device))
-
-
-def _called_by_profiler_exit() -> bool:
-    # torch's profiler synchronizes the device in __exit__ *before* it stops;
-    # a fault raised there would leave the profiler enabled and the trace unwritten.
-    try:
-        caller = sys._getframe(2).f_code
-    except ValueError:  # called from C with no Python caller
-        return False
-    return caller is torch.autograd.profiler.profile.__exit__.__code__
 
 
 def _drain_for_profiler(device_index) -> None:
     """Wait for the device without raising, so the profile completes; a fault is
     reported by a warning, and one not seen yet stays pending for the program's
     next synchronize (docs/profiling.md, "Faults")."""
-    failed, consumed = _C._drain(device_index)
+    failed, consumed = _C._synchronize_no_throw(device_index)
     if consumed:
         message = f"spyre: a stream failed while the profiler stopped: {consumed}"
     elif failed:

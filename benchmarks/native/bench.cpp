@@ -486,12 +486,12 @@ BenchResult stubIdleSync(int64_t n, int repeats) {
   return out;
 }
 
-// synchronizeDevice() with all 65 pool ids (and the host-compute streams)
+// synchronizeDeviceOrThrow() with all 65 pool ids (and the host-compute streams)
 // mapped and idle, vs checking as many in-flight counters (R2's idle test) in
 // turn.
 BenchResult stubIdleDeviceSync(int64_t n, int repeats) {
   mapAllPoolStreams();
-  synchronizeDevice();
+  synchronizeDeviceOrThrow();
   std::vector<Handle> handles;
   std::vector<uint64_t> launched_before;
   const c10::StreamId end = kFirstHostComputeStreamId + hostComputeStreamCount();
@@ -503,7 +503,7 @@ BenchResult stubIdleDeviceSync(int64_t n, int repeats) {
   std::unique_ptr<InFlight[]> counters(new InFlight[count]);
   BenchResult out;
   interleave(
-      out, repeats, [&] { return nsPerCall(n, [] { synchronizeDevice(); }); },
+      out, repeats, [&] { return nsPerCall(n, [] { synchronizeDeviceOrThrow(); }); },
       [&] {
         return nsPerCall(n, [&] {
           for (size_t i = 0; i < count; ++i) keep(counters[i].idle());

@@ -86,7 +86,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     at::native::resize_output_check(out, layout.sizes);  // CPU's warning, at every call
     restride(out, layout);
   }
-  const SpyreStream stream = getCurrentStreamOfCheckedDevice(device);
+  const SpyreStream stream = getCurrentStreamSkippingDeviceCheck(device);
   auto work = std::make_shared<Work>(*plan->cpu_op);
   work->out_variant = plan->out_variant;
   work->copy_results = plan->copy_results;
@@ -196,7 +196,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         launchComputeWithCost(stream, [work = std::move(work)] { work->run(); }, name, bytes,
                               *cost);
       } else {
-        stream.launchComputeOnCheckedDevice([work = std::move(work)] { work->run(); }, name,
+        stream.launchComputeSkippingDeviceCheck([work = std::move(work)] { work->run(); }, name,
                                             bytes);
       }
     }

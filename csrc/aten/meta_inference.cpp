@@ -1,14 +1,15 @@
 // C++ meta kernels for metadata inference (meta_inference.h).
 //
-// How the Meta dispatches are routed: callMeta includes a dispatch key that
-// no tensor carries and that no op has a kernel for (TESTING_ONLY_GenericMode)
-// in the thread-local dispatch state while the op runs on meta tensors, and
-// registers one boxed fallback for that key. Every dispatch of the op, and of
-// the ops its composite kernel calls, reaches the fallback first, which picks
-// the C++ kernel; outside callMeta nothing ever reaches it.
+// How the Meta dispatches are routed: callMeta includes the thread mode key
+// (thread_mode.h), which no tensor carries and no op has a kernel for, in the
+// thread-local dispatch state while the op runs on meta tensors. Every
+// dispatch of the op, and of the ops its composite kernel calls, reaches the
+// key's fallback first, which sends it to routeMeta while routingMeta() holds.
 #include "aten/meta_inference.h"
 #include "aten/meta_rules.h"
+#include "aten/thread_mode.h"
 
+#include <optional>
 #include <unordered_map>
 
 #include <ATen/MetaFunctions.h>
@@ -20,11 +21,7 @@
 namespace spyre {
 namespace {
 
-constexpr c10::DispatchKey kRoute = c10::DispatchKey::TESTING_ONLY_GenericMode;
-
-// A backend key nothing registers for: its dispatch table entries are the
-// ops' CompositeExplicitAutograd(NonFunctional) kernels.
-constexpr c10::DispatchKey kComposite = c10::DispatchKey::PrivateUse3;
+thread_local bool routing = false;
 
 using Table = std::unordered_map<c10::OperatorName, c10::KernelFunction>;
 
@@ -59,7 +56,8 @@ bool hasPythonMeta(const c10::OperatorHandle& op) {
 
 struct Route {
   const c10::KernelFunction* kernel = nullptr;  // a C++ meta kernel
-  bool composite = false;                       // else its composite kernel, if it has one
+  // else the alias key of its composite kernel, if it has one
+  std::optional<c10::DispatchKey> composite;
 };
 
 Route routeFor(const c10::OperatorHandle& op) {
@@ -74,35 +72,53 @@ Route routeFor(const c10::OperatorHandle& op) {
   if (kernel != table.end()) {
     route.kernel = &kernel->second;
   } else if (hasPythonMeta(op)) {
-    route.composite =
-        op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-        op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+    // The dispatcher's precedence: a NonFunctional kernel wins.
+    for (const auto key : {c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+                           c10::DispatchKey::CompositeExplicitAutograd}) {
+      if (op.hasKernelForDispatchKey(key)) {
+        route.composite = key;
+        break;
+      }
+    }
   }
   cache->emplace(op.operator_name(), route);
   return route;
 }
 
+}  // namespace
+
+bool routingMeta() { return routing; }
+
 void routeMeta(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
-  const c10::DispatchKeySet below = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kRoute);
+  const c10::DispatchKeySet below =
+      keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kThreadModeKey);
   const Route route = routeFor(op);
   if (route.kernel != nullptr) {
     route.kernel->callBoxed(op, below, stack);
-  } else if (route.composite) {
-    op.redispatchBoxed(c10::DispatchKeySet(kComposite), stack);
+  } else if (route.composite.has_value()) {
+    // The kernel registered for the alias key itself (public dispatcher API).
+    op.callBoxedForDispatchKey(*route.composite, *stack);
   } else {
     op.redispatchBoxed(below, stack);  // the Meta kernel: C++, or Python when it is the only one
   }
 }
 
-}  // namespace
-
 void callMeta(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
-  const c10::impl::IncludeDispatchKeyGuard route(kRoute);
+  if (!threadModeKeyOwned()) {  // another library's key (thread_mode.h): torch's Meta kernels
+    op.callBoxed(stack);
+    return;
+  }
+  // Included even where the sanitizer's host check excluded it for the
+  // operations an op calls (a spyre op called with host bytes pending).
+  const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+  const c10::impl::ForceDispatchKeyGuard mode(local.included_.add(kThreadModeKey),
+                                              local.excluded_.remove(kThreadModeKey));
+  const struct Routing {
+    const bool outer = routing;
+    Routing() { routing = true; }
+    ~Routing() { routing = outer; }
+  } on;
   op.callBoxed(stack);
-}
-
-TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&routeMeta>());
 }
 
 }  // namespace spyre

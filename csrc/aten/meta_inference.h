@@ -23,4 +23,9 @@ namespace spyre {
 // have none of these (~255, e.g. roll, index_select).
 void callMeta(const c10::OperatorHandle& op, torch::jit::Stack& stack);
 
+// For the thread mode key's fallback (thread_mode.h): whether the thread is
+// in callMeta, and the routing above for one dispatch.
+bool routingMeta();
+void routeMeta(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
+
 }  // namespace spyre

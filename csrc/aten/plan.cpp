@@ -10,6 +10,8 @@
 #include <ATen/record_function.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/as_strided_native.h>
+#include <c10/util/accumulate.h>
+#include <c10/util/strides.h>
 
 #include "aten/launch.h"
 #include "aten/op_arguments.h"
@@ -310,18 +312,87 @@ int aliasedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret)
 namespace {
 
 struct PlanCache {
+  PlanCounts counts;
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash> plans;
+  // Pointwise plans by their shape-free key (see pointwisePlan).
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> templates;
   // The last plan found, with its key: a loop of one call compares words
   // instead of hashing them and building a vector to look them up.
   std::vector<int64_t> last_key;
   std::shared_ptr<Plan> last_plan;
 };
 
+// Whether `plan` is what a pointwise op gives for arguments that are all
+// contiguous device tensors of `shape` (scalars aside): queued, new
+// contiguous outputs of that shape, nothing resized, nothing warned.
+bool isPointwiseTemplate(const Plan& plan, c10::IntArrayRef shape) {
+  if (plan.synchronous || !plan.computes || !plan.resizes.empty() || !plan.warnings.empty()) {
+    return false;
+  }
+  const c10::DimVector strides = c10::contiguous_strides(shape);
+  return std::all_of(plan.outputs.begin(), plan.outputs.end(), [&](const OutputSpec& spec) {
+    return spec.kind == OutputSpec::Kind::New && !spec.list && spec.layouts.size() == 1 &&
+           spec.layouts[0].defined() && spec.layouts[0].offset == 0 &&
+           c10::IntArrayRef(spec.layouts[0].sizes).equals(shape) &&
+           c10::IntArrayRef(spec.layouts[0].strides).equals(strides);
+  });
+}
+
+// A loop over new shapes (a first pass, variable sequence lengths) would run
+// a meta kernel at every call. A pointwise op (TensorIterator) whose tensor
+// arguments are all contiguous device tensors of one shape returns contiguous
+// tensors of that shape, with dtypes that depend on the arguments' dtypes
+// only: the plan made for one shape serves every other once its outputs'
+// sizes are changed. Only plans seen to have that form serve as templates.
+std::shared_ptr<Plan> pointwisePlan(PlanCache& cache, const c10::OperatorHandle& op,
+                                    const Stack& args) {
+  ++cache.counts.meta_runs;  // undone below when a template serves
+  if (!op.hasTag(at::Tag::pointwise)) return buildPlan(op, args);
+  KeyBuilder key = KeyBuilder::shapeFree(op);
+  bool fits = true;
+  for (const c10::IValue& v : args) {
+    if (!key.add(v)) {
+      fits = false;
+      break;
+    }
+  }
+  const c10::IntArrayRef shape = key.shape();
+  // Empty tensors and 0-dim-only calls keep their own meta run.
+  fits = fits && !shape.empty() && c10::multiply_integers(shape) != 0;
+  if (!fits) return buildPlan(op, args);
+  std::vector<int64_t> words = key.words().vec();
+  words.push_back(static_cast<int64_t>(shape.size()));
+  if (auto it = cache.templates.find(words); it != cache.templates.end()) {
+    --cache.counts.meta_runs;
+    ++cache.counts.from_template;
+    auto plan = std::make_shared<Plan>(*it->second);
+    const c10::DimVector strides = c10::contiguous_strides(shape);
+    for (OutputSpec& spec : plan->outputs) {
+      spec.layouts[0].sizes = shape.vec();
+      spec.layouts[0].strides.assign(strides.begin(), strides.end());
+    }
+    return plan;
+  }
+  std::shared_ptr<Plan> plan = buildPlan(op, args);
+  if (isPointwiseTemplate(*plan, shape)) {
+    if (cache.templates.size() >= 1024) cache.templates.clear();
+    cache.templates.emplace(std::move(words), plan);
+  }
+  return plan;
+}
+
+PlanCache& threadPlanCache() {
+  thread_local PlanCache cache;
+  return cache;
+}
+
 }  // namespace
+
+PlanCounts planCounts() { return threadPlanCache().counts; }
 
 std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
                               c10::ArrayRef<int64_t> key) {
-  thread_local PlanCache cache;
+  PlanCache& cache = threadPlanCache();
   if (cache.last_plan && key.equals(cache.last_key)) return cache.last_plan;
   std::vector<int64_t> words = key.vec();
   std::shared_ptr<Plan> plan;
@@ -329,7 +400,7 @@ std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
     plan = it->second;
   } else {
     if (cache.plans.size() >= 4096) cache.plans.clear();  // shapes that never repeat: keep it bounded
-    plan = buildPlan(op, args);
+    plan = pointwisePlan(cache, op, args);
     cache.plans.emplace(words, plan);
   }
   cache.last_key = std::move(words);
@@ -344,7 +415,7 @@ at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device) {
   const size_t nbytes = deviceAllocationBytes(at::detail::computeStorageNbytes(
       layout.sizes, layout.strides, c10::elementSize(layout.dtype)));
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
-                       allocateOnCheckedDevice(nbytes, device), deviceAllocator(),
+                       allocateSkippingDeviceCheck(nbytes, device), deviceAllocator(),
                        /*resizable=*/true);
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), kSpyreKeys, c10::scalarTypeToTypeMeta(layout.dtype));

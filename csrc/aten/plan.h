@@ -76,6 +76,14 @@ int aliasedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret)
 std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
                               c10::ArrayRef<int64_t> key);
 
+// How this thread's plans were made, for tests: by a meta kernel run, or
+// from a pointwise template (another shape's plan, its sizes changed).
+struct PlanCounts {
+  int64_t meta_runs = 0;
+  int64_t from_template = 0;
+};
+PlanCounts planCounts();
+
 // A new spyre tensor of this layout (offset ignored) on `device`, an index
 // ensureDevice() returned during this op (no second check).
 at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include <c10/util/strides.h>
+
 namespace spyre::launch {
 
 bool KeyBuilder::add(const c10::IValue& v) {
   if (v.isTensor()) {
-    addTensor(v.toTensor());
+    return addTensor(v.toTensor());
   } else if (v.isNone()) {
     words_.push_back(1);
   } else if (v.isInt()) {
@@ -60,10 +62,10 @@ void KeyBuilder::addString(const std::string& s) {
   }
 }
 
-void KeyBuilder::addTensor(const at::Tensor& t) {
+bool KeyBuilder::addTensor(const at::Tensor& t) {
   if (!t.defined()) {
     words_.push_back(-1);
-    return;
+    return true;
   }
   // Which earlier tensor argument shares the storage: overlap checks depend on it.
   const c10::StorageImpl* storage = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
@@ -78,9 +80,19 @@ void KeyBuilder::addTensor(const at::Tensor& t) {
                    (t.unsafeGetTensorImpl()->is_wrapped_number() ? 4 : 0));
   words_.push_back(alias);
   words_.push_back(t.dim());
+  if (shape_free_ && !(t.is_cpu() && t.dim() == 0)) {
+    // The contiguous strides exactly: is_contiguous() ignores the strides of size-1
+    // dimensions, which TensorIterator carries over to its outputs.
+    if (!t.strides().equals(c10::contiguous_strides(t.sizes()))) return false;
+    if (has_shape_ && !t.sizes().equals(shape_)) return false;
+    shape_ = t.sizes();  // the argument outlives the key
+    has_shape_ = true;
+    return true;
+  }
   for (const int64_t s : t.sizes()) words_.push_back(s);
   for (const int64_t s : t.strides()) words_.push_back(s);
   words_.push_back(t.storage_offset());
   words_.push_back(storage != nullptr ? static_cast<int64_t>(t.storage().nbytes()) : -1);
+  return true;
 }
 }  // namespace spyre::launch

@@ -27,14 +27,28 @@ class KeyBuilder {
 
   c10::ArrayRef<int64_t> words() const { return words_; }
 
+  // The shape-free form (plan templates, aten/plan.cpp): device tensors leave
+  // out their sizes, strides, offset and storage size, and add() returns false
+  // unless every device tensor has the contiguous strides of one shape (shape()).
+  // 0-dim CPU tensors (scalars) are encoded as always.
+  static KeyBuilder shapeFree(const c10::OperatorHandle& op) {
+    KeyBuilder key(op);
+    key.shape_free_ = true;
+    return key;
+  }
+  c10::IntArrayRef shape() const { return shape_; }
+
  private:
   static int64_t bits(double d);
   void addString(const std::string& s);
-  void addTensor(const at::Tensor& t);
+  bool addTensor(const at::Tensor& t);
 
   // A binary op on 2-d tensors takes ~30 words.
   c10::SmallVector<int64_t, 64> words_;
   c10::SmallVector<const c10::StorageImpl*, 8> storages_;
+  bool shape_free_ = false;
+  bool has_shape_ = false;
+  c10::IntArrayRef shape_;  // the device tensors' one shape (shape-free form)
 };
 
 struct KeyHash {

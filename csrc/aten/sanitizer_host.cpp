@@ -1,11 +1,10 @@
 // The host side of copies (sanitizer_host.h).
 //
-// How CPU operations are seen: a dispatch key that no tensor carries
-// (TESTING_ONLY_GenericWrapper; meta_inference.cpp uses TESTING_ONLY_GenericMode)
-// is put in the thread-local included set of a thread when it launches a
-// non_blocking copy with a pinned host side, and a boxed fallback registered
-// for that key checks each operation's CPU tensors against the pending host
-// bytes. The key stays off every other thread and off every thread once no
+// How CPU operations are seen: the thread mode key (thread_mode.h), which no
+// tensor carries, is put in the thread-local included set of a thread when it
+// launches a non_blocking copy with a pinned host side, and the key's boxed
+// fallback (checkCpuOperation) checks each operation's CPU tensors against the
+// pending host bytes. The key stays off every other thread and off every thread once no
 // host bytes are pending (the fallback takes it out on its first call then):
 // without a pending copy, CPU operations pay nothing, and nothing at all runs
 // while the sanitizer is off. A Python TorchDispatchMode (as CSAN) would
@@ -14,15 +13,13 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/library.h>
 
 #include "aten/sanitizer_accesses.h"
+#include "aten/thread_mode.h"
 #include "device/allocator.h"
 
 namespace spyre::sanitizer {
 namespace {
-
-constexpr c10::DispatchKey kHostCheck = c10::DispatchKey::TESTING_ONLY_GenericWrapper;
 
 bool tracksHost() {
   const Mode m = mode();
@@ -66,13 +63,14 @@ void addArgument(std::vector<Access>& out, const c10::IValue& v, bool write) {
   }
 }
 
-// Every operation of a thread that launched a pending copy comes here first.
+}  // namespace
+
 void checkCpuOperation(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                        torch::jit::Stack* stack) {
   // The operations it calls are part of it: checked once, here.
-  const c10::impl::ExcludeDispatchKeyGuard inner(kHostCheck);
+  const c10::impl::ExcludeDispatchKeyGuard inner(kThreadModeKey);
   if (!hostPending()) {
-    c10::impl::tls_set_dispatch_key_included(kHostCheck, false);
+    c10::impl::tls_set_dispatch_key_included(kThreadModeKey, false);
   } else if (!keys.has_backend(c10::BackendComponent::PrivateUse1Bit) &&
              !readsNoElements(op.operator_name())) {
     // A spyre operation's host bytes are its copies', seen at their launch.
@@ -87,21 +85,17 @@ void checkCpuOperation(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     }
     if (!accesses.empty()) onHostAccess(opName(op), accesses);
   }
-  op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHostCheck), stack);
+  op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kThreadModeKey),
+                     stack);
 }
-
-TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericWrapper, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&checkCpuOperation>());
-}
-
-}  // namespace
 
 void addPendingHostSide(std::vector<Access>& out, const at::Tensor& src, const at::Tensor& dst) {
   if (!tracksHost() || src.is_cpu() == dst.is_cpu()) return;
   const at::Tensor& host = src.is_cpu() ? src : dst;
   if (!isPinnedPtr(host.storage().data())) return;  // pageable: the caller waits
   addHostTensor(out, host, /*write=*/dst.is_cpu());
-  c10::impl::tls_set_dispatch_key_included(kHostCheck, true);
+  // Without the key (another library's, thread_mode.h) CPU operations go unchecked.
+  if (threadModeKeyOwned()) c10::impl::tls_set_dispatch_key_included(kThreadModeKey, true);
 }
 
 void checkHostTensor(const at::Tensor& t, const std::string& op, bool write) {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 
 #include "runtime/sanitizer.h"
 
@@ -18,6 +20,12 @@ namespace spyre::sanitizer {
 // operations of the calling thread. Nothing for pageable memory (the caller
 // waits) or outside Mode::Raise / Mode::Warn.
 void addPendingHostSide(std::vector<Access>& out, const at::Tensor& src, const at::Tensor& dst);
+
+// The thread mode key's fallback while the thread is not in metadata
+// inference (thread_mode.h): checks a CPU operation's tensors against the
+// pending host bytes, then runs it (the operations it calls unchecked).
+void checkCpuOperation(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                       torch::jit::Stack* stack);
 
 // A host access to a CPU tensor outside the dispatcher (numpy(), tolist()).
 void checkHostTensor(const at::Tensor& t, const std::string& op, bool write);

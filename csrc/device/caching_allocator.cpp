@@ -507,7 +507,7 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
   // launched: its segments go back only once every stream is idle.
   if (std::any_of(segments.begin(), segments.end(),
                   [](const DeviceBlock* segment) { return segment->private_pool != nullptr; })) {
-    settleDevice();
+    synchronizeDeviceKeepingFailures();
   }
   for (DeviceBlock* segment : segments) {
     try {

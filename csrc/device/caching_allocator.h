@@ -23,10 +23,13 @@
 //   so a snapshot finds every block; with history on, blocks and segments
 //   keep the context of their allocation and actions go to the trace.
 //
-// One mutex guards everything. No wait on device work happens under it: engine
-// threads free blocks too (tensors captured by queued work), so a host thread
-// holding it while waiting for a stream could deadlock. It is held across
-// fork(), so a forked child can free the blocks it inherited.
+// One mutex guards everything. No wait on device work happens under it (no
+// lock is held across a wait): a wait lasts as long as the queued work, and
+// every thread that allocates or frees (host threads, autograd's device
+// thread, c10d's worker threads releasing collectives' tensors) would stall
+// behind it. Engine threads never enter it: queued work holds no tensors
+// (aten/tensor_ref.h). It is held across fork(), so a forked child can free
+// the blocks it inherited.
 #pragma once
 
 #include <array>

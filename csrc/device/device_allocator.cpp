@@ -28,15 +28,15 @@ void freeDeviceBlock(void* context) {
 class SpyreDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
-    return allocateOnCheckedDevice(nbytes, ensureDevice(-1));
+    return allocateSkippingDeviceCheck(nbytes, ensureDevice(-1));
   }
 
   // copy_data is synchronous by contract: a D2D on the current stream, waited for.
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     SpyreStream stream = getCurrentStream(-1);
-    stream.checkHostWait("copy_data (a device copy the host waits for)");  // before it is queued
+    stream.checkCaptureAllowsHostWait("copy_data (a device copy the host waits for)");  // before it is queued
     stream.launchD2D(src, dest, count);
-    stream.synchronizeChecked();
+    stream.synchronizeSkippingCaptureCheck();
   }
 
   bool initialized() override {
@@ -100,7 +100,7 @@ c10::Allocator* deviceAllocator() {
   return &theDeviceAllocator();
 }
 
-c10::DataPtr allocateOnCheckedDevice(size_t nbytes, c10::DeviceIndex device) {
+c10::DataPtr allocateSkippingDeviceCheck(size_t nbytes, c10::DeviceIndex device) {
   const c10::Device where(c10::DeviceType::PrivateUse1, device);
   if (nbytes == 0) {
     return {nullptr, nullptr, nullptr, where};  // as CUDA: no memory, no stats

@@ -93,7 +93,7 @@ struct SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    spyre::synchronizeDevice(device_index);
+    spyre::synchronizeDeviceOrThrow(device_index);
   }
 
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {

@@ -86,8 +86,12 @@ struct PinnedBlockPools final : public at::CachingHostAllocatorImpl<c10::Stream,
     return getCurrentStream(-1);
   }
 
+  // ATen asks only while a capture allocates to one of this allocator's
+  // private pools (begin_allocate_to_pool), which spyre's graphs never start:
+  // a capture refuses copies from and to host memory (runtime/capture.h), so
+  // no pinned block belongs to a graph.
   bool stream_is_capturing(c10::Stream /*stream*/) const override {
-    return false;  // spyre has no graph capture
+    return false;
   }
 };
 

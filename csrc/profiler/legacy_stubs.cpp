@@ -76,7 +76,7 @@ struct SpyreProfilerStubs final : torch::profiler::impl::ProfilerStubs {
 
   // Waits without consuming: a stream's failure belongs to the program's next
   // synchronize()/query() of it, not to the profiler starting or stopping.
-  void synchronize() const override { settleDevice(); }
+  void synchronize() const override { synchronizeDeviceKeepingFailures(); }
 };
 
 const bool registered = [] {

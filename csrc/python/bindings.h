@@ -28,8 +28,9 @@ std::string negativeDeviceIndexMessage(const std::string& index);
 // device), an int, a str or a torch.device, of type spyre.
 c10::DeviceIndex deviceFromPython(const py::handle& device);
 SpyreStream fromKey(c10::StreamId id, int64_t device_index);
-// torch.Stream's constructor, wrapped once so that a spyre index is checked.
-void checkTorchStreamIndices();
+// torch.Stream's constructor, wrapped once so that a spyre index is checked;
+// left alone if it is not torch's own: then returns why (a warning's text).
+std::string checkTorchStreamIndices();
 
 // ---- host waits (gil_waits.cpp): release the GIL, park threads at exit.
 void installHostWaitHooks();

@@ -1,4 +1,6 @@
 // Device and stream arguments from Python (python/bindings.h).
+#include <dlfcn.h>
+
 #include <optional>
 #include <string>
 
@@ -13,10 +15,16 @@ namespace {
 
 // torch.Stream(stream_id, device_index, device_type) narrows device_index to
 // c10::DeviceIndex unchecked and asks no backend (300 would name spyre:44).
-// Its constructor is wrapped once: a spyre index is checked first.
+// torch 2.13 offers a backend no hook there: c10::Stream::unpack3 builds the
+// stream without a DeviceGuardImpl or PrivateUse1HooksInterface call (only the
+// torch.Stream(device=...) form asks the guard, for a new stream). So its
+// constructor (THPStreamClass->tp_new) is wrapped once, and only when it is
+// torch's own (its code in libtorch_python): a spyre index is checked first.
+// Upstream change that would retire it: THPStream_pynew checking the index
+// (against c10::DeviceIndex's range and the backend's device count).
 newfunc torch_stream_new = nullptr;
 
-PyObject* checkedTorchStreamNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+PyObject* torchStreamNewCheckingSpyreIndex(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   const auto argument = [&](Py_ssize_t position, const char* name) -> PyObject* {
     if (args != nullptr && PyTuple_Size(args) > position) return PyTuple_GET_ITEM(args, position);
     return kwargs != nullptr ? PyDict_GetItemString(kwargs, name) : nullptr;
@@ -82,11 +90,27 @@ c10::Device parseDeviceString(const std::string& text) {
   return c10::Device(text);
 }
 
-void checkTorchStreamIndices() {
-  if (torch_stream_new == nullptr) {
-    torch_stream_new = THPStreamClass->tp_new;
-    THPStreamClass->tp_new = &checkedTorchStreamNew;
+// The shared object that holds a function's code ("" if none is known).
+std::string libraryOf(void* function) {
+  Dl_info info{};
+  if (dladdr(function, &info) == 0 || info.dli_fname == nullptr) return "";
+  return info.dli_fname;
+}
+
+std::string checkTorchStreamIndices() {
+  if (torch_stream_new != nullptr || THPStreamClass->tp_new == &torchStreamNewCheckingSpyreIndex) return "";
+  const std::string library = libraryOf(reinterpret_cast<void*>(THPStreamClass->tp_new));
+  const size_t slash = library.rfind('/');
+  if (library.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos,
+                      "libtorch_python.so") != 0) {
+    return "spyre: torch.Stream's constructor is not torch's own (its code is in " +
+           (library.empty() ? std::string("an unknown place") : library) +
+           "): spyre leaves it alone, and torch.Stream(stream_id, device_index, device_type) does "
+           "not check a spyre device index";
   }
+  torch_stream_new = THPStreamClass->tp_new;
+  THPStreamClass->tp_new = &torchStreamNewCheckingSpyreIndex;
+  return "";
 }
 
 c10::DeviceIndex deviceFromPython(const py::handle& device) {

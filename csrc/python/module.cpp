@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include "aten/launch.h"
+#include "aten/thread_mode.h"
 #include "python/bindings.h"
 #include "runtime/runtime.h"
 
@@ -36,7 +37,17 @@ PYBIND11_MODULE(_C, m) {
       [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false); });
   installHostWaitHooks();
   spyre::registerFunctionalForms();
-  checkTorchStreamIndices();
+  // A borrowed dispatch key, registered only if nothing else claimed it (aten/thread_mode.h).
+  const std::string key_taken = spyre::registerThreadModeKey();
+  if (!key_taken.empty() && PyErr_WarnEx(PyExc_RuntimeWarning, key_taken.c_str(), 1) != 0) {
+    throw py::error_already_set();
+  }
+  m.def("_thread_mode_key_owned", &spyre::threadModeKeyOwned);
+  const std::string stream_new_unchecked = checkTorchStreamIndices();
+  if (!stream_new_unchecked.empty() &&
+      PyErr_WarnEx(PyExc_RuntimeWarning, stream_new_unchecked.c_str(), 1) != 0) {
+    throw py::error_already_set();
+  }
   bindRuntime(m);
   bindStreams(m);
   bindEvents(m);

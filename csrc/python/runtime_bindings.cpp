@@ -5,6 +5,7 @@
 #include <flex/card.hpp>
 
 #include "aten/autograd_exit.h"
+#include "aten/plan.h"
 #include "device/card_rules.h"
 #include "python/bindings.h"
 #include "runtime/error.h"
@@ -132,6 +133,13 @@ void bindDeviceProperties(py::module_& m) {
     result["dma_engines"] = properties.dma_engines;
     return result;
   });  // The card's rules (device/card_rules.h) and upstream's downcast warning.
+  m.def("_plan_counts", [] {
+    const launch::PlanCounts counts = launch::planCounts();
+    py::dict out;
+    out["meta_runs"] = counts.meta_runs;
+    out["from_template"] = counts.from_template;
+    return out;
+  }, "How the calling thread's launch plans were made (tests).");
   m.def("_card_rules", &cardRules);
   m.def("_get_downcast_warning", &downcastWarning);
   m.def("_set_downcast_warning", &setDowncastWarning);

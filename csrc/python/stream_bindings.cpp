@@ -76,11 +76,11 @@ void bindStreams(py::module_& m) {
   m.def("_set_current_stream", [](c10::StreamId id, int64_t device) {
     return key(setCurrentStream(fromKey(id, device)));
   });
-  m.def("_synchronize", [](int64_t device) { synchronizeDevice(deviceArg(device)); });
+  m.def("_synchronize", [](int64_t device) { synchronizeDeviceOrThrow(deviceArg(device)); });
   bindHostComputeStreams(m);
-  m.def("_drain", [](int64_t device) {
+  m.def("_synchronize_no_throw", [](int64_t device) {
     std::string consumed;
-    const bool failed = drainDevice(deviceArg(device), consumed);
+    const bool failed = synchronizeDeviceNoThrow(deviceArg(device), consumed);
     return py::make_tuple(failed, consumed);
   });
   m.def("_sleep", [](double milliseconds) {

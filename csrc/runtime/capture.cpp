@@ -290,7 +290,7 @@ void refuseIfCapturing(c10::StreamId stream, const std::string& what) {
   TORCH_CHECK(false, message);
 }
 
-void checkHostWait(const c10::StreamId* stream, const char* what) {
+void checkCaptureAllowsHostWait(const c10::StreamId* stream, const char* what) {
   if (!anyCapture()) return;
   Registry& r = registry();
   std::string message;

@@ -138,7 +138,7 @@ void holdInput(c10::StreamId stream, const c10::Storage& storage);
 void refuseIfCapturing(c10::StreamId stream, const std::string& what);
 // A host wait: on `stream` (or the device when `stream` is null), applying the
 // modes above.
-void checkHostWait(const c10::StreamId* stream, const char* what);
+void checkCaptureAllowsHostWait(const c10::StreamId* stream, const char* what);
 
 // Events. recordEvent: true when `stream` is capturing (the record is part of
 // the capture, nothing is queued). waitEvent: true when `event` was recorded

@@ -12,7 +12,7 @@
 
 namespace spyre {
 
-// SpyreStream::launchComputeOnCheckedDevice with `cost`. A launch recorded
+// SpyreStream::launchComputeSkippingDeviceCheck with `cost`. A launch recorded
 // into a graph capture drops the cost (the node is priced from `bytes`).
 void launchComputeWithCost(const SpyreStream& stream, std::function<void()> fn, const char* name,
                            size_t bytes, const flex::WorkCost& cost);

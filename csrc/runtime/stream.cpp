@@ -249,7 +249,7 @@ bool SpyreStream::query() const {
   flex::RuntimeStream* handle = resolveRuntimeHandle();
   if (C10_UNLIKELY(capture::anyCapture())) {
     const c10::StreamId stream_id = id();
-    capture::checkHostWait(&stream_id, "query()");
+    capture::checkCaptureAllowsHostWait(&stream_id, "query()");
   }
   const bool done = handle->query();
   if (done) sanitizer::onStreamComplete(id());  // the host now knows
@@ -257,18 +257,18 @@ bool SpyreStream::query() const {
 }
 
 void SpyreStream::synchronize() const {
-  checkHostWait("synchronize()");
-  synchronizeChecked();
+  checkCaptureAllowsHostWait("synchronize()");
+  synchronizeSkippingCaptureCheck();
 }
 
-void SpyreStream::checkHostWait(const char* what) const {
+void SpyreStream::checkCaptureAllowsHostWait(const char* what) const {
   if (C10_UNLIKELY(capture::anyCapture())) {
     const c10::StreamId stream_id = id();
-    capture::checkHostWait(&stream_id, what);
+    capture::checkCaptureAllowsHostWait(&stream_id, what);
   }
 }
 
-void SpyreStream::synchronizeChecked() const {
+void SpyreStream::synchronizeSkippingCaptureCheck() const {
   flex::RuntimeStream* handle = resolveRuntimeHandle();
   waitForDevice([handle] { handle->synchronize(); });
   sanitizer::onStreamComplete(id());
@@ -330,16 +330,16 @@ void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size
   handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
 }
 
-void SpyreStream::launchComputeOnCheckedDevice(std::function<void()> fn, const char* name,
+void SpyreStream::launchComputeSkippingDeviceCheck(std::function<void()> fn, const char* name,
                                                size_t bytes) const {
-  flex::RuntimeStream* handle = resolveCheckedRuntimeHandle();
+  flex::RuntimeStream* handle = resolveRuntimeHandleSkippingDeviceCheck();
   if (C10_UNLIKELY(capture::anyCapture()) && capture::recordCompute(id(), fn, name, bytes)) return;
   handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
 }
 
 void launchComputeWithCost(const SpyreStream& stream, std::function<void()> fn, const char* name,
                            size_t bytes, const flex::WorkCost& cost) {
-  flex::RuntimeStream* handle = stream.resolveCheckedRuntimeHandle();
+  flex::RuntimeStream* handle = stream.resolveRuntimeHandleSkippingDeviceCheck();
   if (C10_UNLIKELY(capture::anyCapture()) && capture::recordCompute(stream.id(), fn, name, bytes)) {
     return;
   }
@@ -456,10 +456,10 @@ struct MappedHandles : std::array<flex::RuntimeStream*, kMaxStreamIds> {
 
 }  // namespace
 
-void synchronizeDevice(c10::DeviceIndex device) {
+void synchronizeDeviceOrThrow(c10::DeviceIndex device) {
   ensureDevice(device);
   if (C10_UNLIKELY(capture::anyCapture())) {
-    capture::checkHostWait(nullptr, "synchronize() of the device");
+    capture::checkCaptureAllowsHostWait(nullptr, "synchronize() of the device");
   }
   MappedHandles handles;
   const size_t count = handles.collect(streamPool());
@@ -483,7 +483,7 @@ void synchronizeDevice(c10::DeviceIndex device) {
   sanitizer::onDeviceComplete();
 }
 
-bool drainDevice(c10::DeviceIndex device, std::string& consumed) {
+bool synchronizeDeviceNoThrow(c10::DeviceIndex device, std::string& consumed) {
   ensureDevice(device);
   MappedHandles handles;
   const size_t count = handles.collect(streamPool());
@@ -504,7 +504,7 @@ bool drainDevice(c10::DeviceIndex device, std::string& consumed) {
   return failed;
 }
 
-void settleDevice() noexcept {
+void synchronizeDeviceKeepingFailures() noexcept {
   if (!isRuntimeStarted()) return;
   try {
     MappedHandles handles;

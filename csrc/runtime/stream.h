@@ -21,7 +21,7 @@
 //
 // Locking. StreamPool::mutex is a std::shared_mutex:
 //   shared_lock  resolveRuntimeHandle(), getDefaultStreamRuntimeHandle(),
-//                synchronizeDevice() (snapshot the handles, release, then sync)
+//                synchronizeDeviceOrThrow() (snapshot the handles, release, then sync)
 //   unique_lock  initializeStreamPoolImpl(), getStreamFromPool() (it always
 //                advances the round-robin index; it inserts a handle on an id miss),
 //                getHostComputeStream() (its round-robin index, as upstream)
@@ -104,7 +104,7 @@ class SpyreStream {
   flex::RuntimeStream* resolveRuntimeHandle() const;
   // The same without the device check, for a device ensureDevice() accepted
   // during this op.
-  flex::RuntimeStream* resolveCheckedRuntimeHandle() const;
+  flex::RuntimeStream* resolveRuntimeHandleSkippingDeviceCheck() const;
 
   // True iff all work launched on the stream has finished. Runtime errors
   // propagate unwrapped.
@@ -115,10 +115,10 @@ class SpyreStream {
   // A call that queues work and then waits for it (a blocking copy) makes the
   // capture check of synchronize() (runtime/capture.h) before it queues
   // anything, so a refusal leaves nothing queued on memory the caller owns
-  // again once the call raised; then it waits with synchronizeChecked(),
+  // again once the call raised; then it waits with synchronizeSkippingCaptureCheck(),
   // which never refuses (work queued is waited for, whatever starts since).
-  void checkHostWait(const char* what) const;
-  void synchronizeChecked() const;
+  void checkCaptureAllowsHostWait(const char* what) const;
+  void synchronizeSkippingCaptureCheck() const;
   // Shutdown once the runtime latched a failure on this stream (it stays so);
   // Success otherwise. Does not consume the failure synchronize()/query() report.
   SpyreStreamError getError() const;
@@ -134,7 +134,7 @@ class SpyreStream {
   void launchCompute(std::function<void()> fn, const char* name, size_t bytes = 0) const;
   // launchCompute for a stream whose device ensureDevice() accepted during
   // this op (the launch path checks its device once per op).
-  void launchComputeOnCheckedDevice(std::function<void()> fn, const char* name,
+  void launchComputeSkippingDeviceCheck(std::function<void()> fn, const char* name,
                                     size_t bytes = 0) const;
   void launchHostCallback(std::function<void()> fn, const char* name) const;
   void launchFill(void* device, size_t nbytes, double value, flex::DataFormats format) const;
@@ -176,19 +176,19 @@ SpyreStream getCurrentStream(c10::DeviceIndex device = -1);
 // Raises for an id the pool never mapped.
 SpyreStream setCurrentStream(SpyreStream stream);
 // Block until every stream of the device has finished its work.
-void synchronizeDevice(c10::DeviceIndex device = -1);
+void synchronizeDeviceOrThrow(c10::DeviceIndex device = -1);
 // Block until every stream of the device is idle without raising: what a
 // profiler stopping needs. A stream that failed earlier runs nothing more and
 // is skipped, its failure left for the next synchronize()/query(). A stream
 // that fails during the drain reports its failure here: the first such
 // message goes to `consumed`. Returns true if a stream of the device has failed.
-bool drainDevice(c10::DeviceIndex device, std::string& consumed);
+bool synchronizeDeviceNoThrow(c10::DeviceIndex device, std::string& consumed);
 // Block until every stream of the bound device is idle, consuming no failure:
 // each stream is waited for through an event recorded on it, so a failure
 // stays pending for the stream's own synchronize()/query() (a profiler hook
 // must not take the error that belongs to the program's next synchronize).
 // Never throws; does nothing when the runtime is not running.
-void settleDevice() noexcept;
+void synchronizeDeviceKeepingFailures() noexcept;
 // The default stream's flex handle (for code that talks to flex directly).
 flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1);
 
@@ -222,10 +222,10 @@ inline c10::Stream makeSpyreStream(c10::DeviceIndex device, c10::StreamId id) {
 
 inline flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
   ensureDevice(device_index());  // first: raises in a forked child or for another device
-  return resolveCheckedRuntimeHandle();
+  return resolveRuntimeHandleSkippingDeviceCheck();
 }
 
-inline flex::RuntimeStream* SpyreStream::resolveCheckedRuntimeHandle() const {
+inline flex::RuntimeStream* SpyreStream::resolveRuntimeHandleSkippingDeviceCheck() const {
   const c10::StreamId stream_id = id();
   if (C10_LIKELY(stream_id >= 0 && stream_id < kMaxStreamIds)) {
     if (flex::RuntimeStream* cached = detail::tls_handle_cache[static_cast<size_t>(stream_id)]) {
@@ -241,7 +241,7 @@ inline SpyreStream getCurrentStream(c10::DeviceIndex device) {
 
 // getCurrentStream for an index ensureDevice() returned during this op (the
 // launch path checks its device once per op).
-inline SpyreStream getCurrentStreamOfCheckedDevice(c10::DeviceIndex device) {
+inline SpyreStream getCurrentStreamSkippingDeviceCheck(c10::DeviceIndex device) {
   return SpyreStream(detail::makeSpyreStream(device, detail::tls_current_stream_id));
 }
 

@@ -179,7 +179,7 @@ class Worker {
     } else if (r < 48) {
       queryOrSynchronize();
     } else if (r < 49) {
-      spyre::synchronizeDevice(-1);
+      spyre::synchronizeDeviceOrThrow(-1);
       checkAllDrained();
     } else if (r < 57) {
       eventRoundTrip();
@@ -473,7 +473,7 @@ int stressMode(int64_t ops, uint64_t seed) {
   const auto start = Clock::now();
   runThreads(g_threads, [&](int t) { workers[t]->run(ops); });
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  spyre::synchronizeDevice(-1);
+  spyre::synchronizeDeviceOrThrow(-1);
   for (auto& w : workers) w->checkAllDrained();
   STRESS_CHECK(spyre::mappedStreamCount() <= static_cast<size_t>(kIds), "");
   std::printf("stress: threads=%d ops_per_thread=%lld total_ops=%lld seconds=%.2f\n", g_threads,
@@ -483,7 +483,7 @@ int stressMode(int64_t ops, uint64_t seed) {
   runThreads(g_threads, [&](int t) { workers[t]->faults(); });
   STRESS_CHECK(spyre::SpyreGetDeviceState() == spyre::SpyreDeviceState::StreamError, "");
   STRESS_CHECK(spyre::getDefaultStream().getError() == spyre::SpyreStreamError::Success, "");
-  spyre::synchronizeDevice(-1);  // every failure was reported already: no throw
+  spyre::synchronizeDeviceOrThrow(-1);  // every failure was reported already: no throw
   // A failure nobody reported surfaces from the device synchronize, once.
   const SpyreStream victim = spyre::getStreamFromPool(-1);
   flex::test::injectFault(victim.resolveRuntimeHandle(), "device-sync fault");
@@ -491,7 +491,7 @@ int stressMode(int64_t ops, uint64_t seed) {
   int reports = 0;
   for (int i = 0; i < 2; ++i) {
     try {
-      spyre::synchronizeDevice(-1);
+      spyre::synchronizeDeviceOrThrow(-1);
     } catch (const std::exception& e) {
       ++reports;
       STRESS_CHECK(std::string(e.what()) == "device-sync fault", e.what());

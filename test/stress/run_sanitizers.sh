@@ -28,7 +28,7 @@ JOBS=${JOBS:-2}
 VARIANTS=("$@")
 [ ${#VARIANTS[@]} -eq 0 ] && VARIANTS=(plain tsan asan)
 
-read -r TORCH_INC TORCH_LIB < <(python -c \
+read -r TORCH_INC TORCH_LIB < <("${PYTHON:-python3}" -c \
   "import os, torch; p = os.path.dirname(torch.__file__); print(p + '/include', p + '/lib')")
 CXX=${CXX:-g++}
 STUB_SRC=(third_party/flex_stub/src/*.cpp)
