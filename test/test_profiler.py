@@ -389,8 +389,8 @@ def test_another_torchs_profiler_exit_is_left_alone_with_one_warning():
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert proc.stdout.splitlines() == [
         f"RuntimeWarning torch_spyre: a profile that completes despite a device fault is disabled: "
-        f"in torch {torch.__version__}, torch.autograd.profiler.profile.__exit__ differs from "
-        "torch 2.13.0's, which torch_spyre patches for it and was written against",
+        f"these torch internals it patches differ in torch {torch.__version__} from torch 2.13.0, "
+        "which torch_spyre was written against: torch.autograd.profiler.profile.__exit__",
         "True",
     ]
 

@@ -25,7 +25,7 @@ import torch as _torch  # noqa: E402
 from . import _C, _compile  # noqa: F401,E402
 from . import _autograd_exit  # noqa: F401,E402  (clean exit after backward)
 from . import _utils  # noqa: F401,E402  (torch.serialization reads torch.spyre._utils)
-from . import _module_alias  # noqa: E402
+from . import _patches  # noqa: E402
 from . import _profiler_exit  # noqa: E402
 # _is_in_bad_fork and _lazy_init are for torch, _sleep for tests and demos.
 from ._device import (  # noqa: F401,E402
@@ -154,7 +154,7 @@ def _register() -> None:
         return
     _torch.utils.rename_privateuse1_backend("spyre")
     _torch._register_device_module("spyre", _sys.modules[__name__])
-    _module_alias.install()  # torch.spyre.X is torch_spyre.X
+    _patches.install_aliases()  # torch.spyre.X is torch_spyre.X
     _profiler_exit.install()  # the profiler's stop survives a device fault
     _torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 
@@ -177,16 +177,6 @@ def _register_spyreccl() -> None:
         return create_backend(common_opts, backend_opts)
 
     dist.Backend.register_backend("spyreccl", create, extended_api=True, devices=["spyre"])
-
-
-# Inductor asks the device module for its code generators (torch.spyre.Scheduling
-# etc.); they load with inductor, at the first compile, never at `import torch`.
-_INDUCTOR_BACKEND = {
-    "Scheduling": "Scheduling",
-    "PythonWrapperCodegen": "SpyreWrapperCodegen",
-    "CppWrapperCodegen": "CppWrapperRefused",
-    "WrapperFxCodegen": "FxWrapperRefused",
-}
 
 
 def _get_generator(device: _torch.device) -> _torch.Generator:
@@ -214,10 +204,6 @@ _DYNAMIC_ATTRIBUTES = {"_initialized": _initialized_now, "default_generators": _
 def __getattr__(name):
     if name in _DYNAMIC_ATTRIBUTES:
         return _DYNAMIC_ATTRIBUTES[name]()
-    if name in _INDUCTOR_BACKEND:
-        from ._compile import inductor
-
-        return getattr(inductor, _INDUCTOR_BACKEND[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -15,8 +15,8 @@ The host side of copies: a CPU operation that reads the pinned destination of a
 `non_blocking` D2H, or writes the pinned source of a `non_blocking` H2D, before
 the host waited for the copy, is reported the same way. CPU operations are seen
 in C++ (csrc/aten/sanitizer_host.cpp); `Tensor.numpy()` and `Tensor.tolist()`
-read the memory without the dispatcher and are wrapped here while the sanitizer
-is on.
+read the memory without the dispatcher and are wrapped while the sanitizer is
+on (torch_spyre/_patches.py).
 """
 
 import os
@@ -24,7 +24,7 @@ import warnings
 
 import torch
 
-from . import _C
+from . import _C, _patches
 
 __all__ = ["UnsynchronizedAccessError", "enable", "disable", "is_enabled"]
 
@@ -45,44 +45,13 @@ def enable(mode: str = "raise") -> None:
     if mode not in _MODES:
         raise ValueError(f"sanitizer mode must be one of {sorted(_MODES)}, got {mode!r}")
     _C._sanitizer_set_mode(_MODES[mode])
-    _wrap_host_reads()
+    _patches.wrap_host_reads()
 
 
 def disable() -> None:
     """Stop checking, and forget every recorded access."""
     _C._sanitizer_set_mode(0)
-    _unwrap_host_reads()
-
-
-def _host_read(name: str):
-    """Tensor.<name> reporting a read of a pending copy's host bytes (it reads them outside
-    the dispatcher): one C++ call to a relaxed load while no copy is pending."""
-    original = getattr(torch._C.TensorBase, name)
-
-    def read(self, *args, **kwargs):
-        if _C._sanitizer_host_pending() and self.device.type == "cpu":
-            _C._sanitizer_host_read(self, f"{name}()")
-        return original(self, *args, **kwargs)
-
-    read.__name__ = read.__qualname__ = name
-    read.__doc__ = original.__doc__
-    read._spyre_sanitizer = True
-    return read
-
-
-_HOST_READS = ("numpy", "tolist")
-
-
-def _wrap_host_reads() -> None:
-    for name in _HOST_READS:
-        if name not in torch.Tensor.__dict__:  # not wrapped yet, nor overridden by someone else
-            setattr(torch.Tensor, name, _host_read(name))
-
-
-def _unwrap_host_reads() -> None:
-    for name in _HOST_READS:
-        if getattr(torch.Tensor.__dict__.get(name), "_spyre_sanitizer", False):
-            delattr(torch.Tensor, name)
+    _patches.unwrap_host_reads()
 
 
 def is_enabled() -> bool:

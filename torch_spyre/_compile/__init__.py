@@ -1,21 +1,26 @@
 """torch.compile for spyre: dynamo's device interface and inductor's backend.
 
 Nothing here is imported by ``import torch``: dynamo and inductor cost seconds
-to import. Inductor finds its backend through the device module
-(``torch.spyre.Scheduling`` etc., resolved lazily by torch_spyre/__init__.py);
-dynamo's device interface is registered when dynamo's device registry is first
-imported, and reduce-overhead's graph policy when inductor's graph utilities are
-(``register_when_dynamo_loads``).
+to import. Each piece is registered once the torch module it registers with has
+loaded (torch_spyre/_patches.py's `when_imported`): dynamo's device interface
+with dynamo's device registry; inductor's backend (its code generators, its
+cache-key pass, CPU's choices and the patches they need) with inductor's
+compile_fx, before anything is compiled; reduce-overhead's graph policy with
+inductor's graph utilities. Each is first checked against the torch it was
+written for (_patches.check): a feature whose torch internals differ is
+disabled with one warning instead.
 """
 
-import importlib.abc
-import sys
+from .. import _patches
 
 _DYNAMO_REGISTRY = "torch._dynamo.device_interface"
+_COMPILE_FX = "torch._inductor.compile_fx"
 _CUDAGRAPH_UTILS = "torch._inductor.cudagraph_utils"
 
 
 def _register_device_interface(registry):
+    if not _patches.check(_patches.INTERFACE):
+        return
     from .device_interface import SpyreInterface
 
     registry.register_interface_for_device("spyre", SpyreInterface)
@@ -23,29 +28,17 @@ def _register_device_interface(registry):
         registry.register_interface_for_device(f"spyre:{index}", SpyreInterface)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs a callback once a module has executed: the registry module is
-    imported in the middle of dynamo's own import, so there is no later hook."""
+def _register_inductor_backend(compile_fx):
+    from . import inductor
 
-    def __init__(self, name, callback):
-        self.name, self.callback, self.loader = name, callback, None
+    if not _patches.check(_patches.COMPILE):
+        inductor.register_disabled_backend(_patches.disabled_reason(_patches.COMPILE))
+        return
+    from .cpu_choices import register_cpus_choices
 
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(fullname)
-        self.loader, spec.loader = spec.loader, self
-        return spec
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        self.callback(module)
+    _patches.apply_inductor_patches()
+    register_cpus_choices()
+    inductor.register_backend()
 
 
 def _install_graph_policy(cudagraph_utils):
@@ -54,14 +47,8 @@ def _install_graph_policy(cudagraph_utils):
     install(cudagraph_utils)
 
 
-def _when_imported(name, callback):
-    if name in sys.modules:
-        callback(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, callback))
-
-
 def register_when_dynamo_loads():
-    _when_imported(_DYNAMO_REGISTRY, _register_device_interface)
+    _patches.when_imported(_DYNAMO_REGISTRY, _register_device_interface)
+    _patches.when_imported(_COMPILE_FX, _register_inductor_backend)
     # reduce-overhead's spyre graphs (graphs.py): before inductor compiles or loads a graph.
-    _when_imported(_CUDAGRAPH_UTILS, _install_graph_policy)
+    _patches.when_imported(_CUDAGRAPH_UTILS, _install_graph_policy)

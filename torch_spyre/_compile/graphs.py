@@ -309,8 +309,12 @@ def install(cudagraph_utils):
         _installed = True
     from torch._inductor import config
 
+    from .. import _patches
+
     if config.cudagraph_policy is not None or torch.cuda.is_available():
         return
+    if not _patches.check(_patches.GRAPHS):
+        return  # spyre graphs run without graphs, with inductor's own skip reason
 
     class SpyreGraphPolicy(cudagraph_utils.CUDAGraphPolicy):
         """Spyre graphs for spyre graphs; inductor's default for every other device."""
@@ -335,21 +339,4 @@ def install(cudagraph_utils):
 
     config.cudagraph_policy = SpyreGraphPolicy()
 
-    check_devices = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
-
-    def check_multiple_devices_or_any_cpu_nodes(device_node_mapping):
-        devices = {d for d in device_node_mapping if d.type != "meta"}
-        if len(devices) == 1 and next(iter(devices)).type == "spyre":
-            return None
-        cpu_node = device_node_mapping.get(torch.device("cpu"))
-        if cpu_node is not None and any(d.type == "spyre" for d in devices):
-            # Inductor's check ignores CPU nodes under graph partitions, which a policy
-            # bypasses: name the CPU node as it does without partitions.
-            message = cudagraph_utils.format_default_skip_message(
-                f"cpu device ({cpu_node.name})")
-            if stack_trace := cudagraph_utils._get_use_stack_trace(cpu_node):
-                message = f"{message}. Found from : \n {stack_trace}"
-            return message
-        return check_devices(device_node_mapping)
-
-    cudagraph_utils.check_multiple_devices_or_any_cpu_nodes = check_multiple_devices_or_any_cpu_nodes
+    _patches.apply_graph_device_check(cudagraph_utils)
