@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
 #include <ATen/record_function.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/as_strided_native.h>
+#include <c10/core/WrapDimMinimal.h>
 #include <c10/util/accumulate.h>
 #include <c10/util/strides.h>
 
@@ -314,7 +316,7 @@ namespace {
 struct PlanCache {
   PlanCounts counts;
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash> plans;
-  // Pointwise plans by their shape-free key (see pointwisePlan).
+  // Plans by their shape-free key (see templatePlan).
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> templates;
   // The last plan found, with its key: a loop of one call compares words
   // instead of hashing them and building a vector to look them up.
@@ -322,32 +324,81 @@ struct PlanCache {
   std::shared_ptr<Plan> last_plan;
 };
 
-// Whether `plan` is what a pointwise op gives for arguments that are all
-// contiguous device tensors of `shape` (scalars aside): queued, new
-// contiguous outputs of that shape, nothing resized, nothing warned.
-bool isPointwiseTemplate(const Plan& plan, c10::IntArrayRef shape) {
+// Ops whose outputs' sizes follow from their arguments' one shape by a rule:
+// pointwise ops (torch's `pointwise` tag, TensorIterator) keep the shape;
+// these reductions drop their reduced dimensions (or keep them as 1).
+enum class SizeRule { None, Pointwise, Reduction };
+
+SizeRule sizeRuleOf(const c10::OperatorHandle& op) {
+  if (op.hasTag(at::Tag::pointwise)) return SizeRule::Pointwise;
+  static const std::set<std::string> reductions = {
+      "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::prod", "aten::logsumexp"};
+  const c10::FunctionSchema& schema = op.schema();
+  if (reductions.count(schema.name()) && schema.returns().size() == 1 &&
+      std::none_of(schema.arguments().begin(), schema.arguments().end(),
+                   [](const c10::Argument& a) { return a.is_out(); })) {
+    return SizeRule::Reduction;
+  }
+  return SizeRule::None;
+}
+
+// The sizes the rule gives for arguments of `shape` (a call of rank >= 1).
+std::vector<int64_t> ruleSizes(SizeRule rule, const c10::FunctionSchema& schema, const Stack& args,
+                               c10::IntArrayRef shape) {
+  if (rule == SizeRule::Pointwise) return shape.vec();
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  std::vector<bool> reduced(shape.size(), true);  // no dim, None or []: every dimension
+  if (const std::optional<int> dim = schema.argumentIndexWithName("dim")) {
+    const c10::IValue& d = args[static_cast<size_t>(*dim)];
+    std::vector<int64_t> dims;
+    if (d.isInt()) dims.push_back(d.toInt());
+    if (d.isIntList()) dims = d.toIntVector();
+    if (!dims.empty()) {
+      reduced.assign(shape.size(), false);
+      for (const int64_t k : dims) reduced[c10::maybe_wrap_dim(k, rank)] = true;
+    }
+  }
+  const std::optional<int> keepdim = schema.argumentIndexWithName("keepdim");
+  const bool keep = keepdim && args[static_cast<size_t>(*keepdim)].isBool() &&
+                    args[static_cast<size_t>(*keepdim)].toBool();
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (!reduced[i]) {
+      sizes.push_back(shape[i]);
+    } else if (keep) {
+      sizes.push_back(1);
+    }
+  }
+  return sizes;
+}
+
+// Whether `plan` has the form a template needs: queued, new contiguous
+// outputs of `sizes`, nothing resized, nothing warned.
+bool isTemplate(const Plan& plan, c10::IntArrayRef sizes) {
   if (plan.synchronous || !plan.computes || !plan.resizes.empty() || !plan.warnings.empty()) {
     return false;
   }
-  const c10::DimVector strides = c10::contiguous_strides(shape);
+  const c10::DimVector strides = c10::contiguous_strides(sizes);
   return std::all_of(plan.outputs.begin(), plan.outputs.end(), [&](const OutputSpec& spec) {
     return spec.kind == OutputSpec::Kind::New && !spec.list && spec.layouts.size() == 1 &&
            spec.layouts[0].defined() && spec.layouts[0].offset == 0 &&
-           c10::IntArrayRef(spec.layouts[0].sizes).equals(shape) &&
+           c10::IntArrayRef(spec.layouts[0].sizes).equals(sizes) &&
            c10::IntArrayRef(spec.layouts[0].strides).equals(strides);
   });
 }
 
 // A loop over new shapes (a first pass, variable sequence lengths) would run
-// a meta kernel at every call. A pointwise op (TensorIterator) whose tensor
-// arguments are all contiguous device tensors of one shape returns contiguous
-// tensors of that shape, with dtypes that depend on the arguments' dtypes
-// only: the plan made for one shape serves every other once its outputs'
-// sizes are changed. Only plans seen to have that form serve as templates.
-std::shared_ptr<Plan> pointwisePlan(PlanCache& cache, const c10::OperatorHandle& op,
-                                    const Stack& args) {
+// a meta kernel at every call. An op with a size rule whose tensor arguments
+// are all contiguous device tensors of one shape returns contiguous tensors
+// of the rule's sizes (TensorIterator lays out outputs as its inputs), with
+// dtypes that depend on the arguments' dtypes only: the plan made for one
+// shape serves every other once its outputs' sizes are changed. Only plans
+// seen to have that form for the rule's sizes serve as templates.
+std::shared_ptr<Plan> templatePlan(PlanCache& cache, const c10::OperatorHandle& op,
+                                   const Stack& args) {
   ++cache.counts.meta_runs;  // undone below when a template serves
-  if (!op.hasTag(at::Tag::pointwise)) return buildPlan(op, args);
+  const SizeRule rule = sizeRuleOf(op);
+  if (rule == SizeRule::None) return buildPlan(op, args);
   KeyBuilder key = KeyBuilder::shapeFree(op);
   bool fits = true;
   for (const c10::IValue& v : args) {
@@ -366,15 +417,17 @@ std::shared_ptr<Plan> pointwisePlan(PlanCache& cache, const c10::OperatorHandle&
     --cache.counts.meta_runs;
     ++cache.counts.from_template;
     auto plan = std::make_shared<Plan>(*it->second);
-    const c10::DimVector strides = c10::contiguous_strides(shape);
+    std::vector<int64_t> sizes = ruleSizes(rule, op.schema(), args, shape);
+    const c10::DimVector strides = c10::contiguous_strides(sizes);
     for (OutputSpec& spec : plan->outputs) {
-      spec.layouts[0].sizes = shape.vec();
+      spec.layouts[0].sizes = sizes;
       spec.layouts[0].strides.assign(strides.begin(), strides.end());
     }
     return plan;
   }
   std::shared_ptr<Plan> plan = buildPlan(op, args);
-  if (isPointwiseTemplate(*plan, shape)) {
+  // (A synchronous plan may be an argument error: no sizes are computed for it.)
+  if (!plan->synchronous && isTemplate(*plan, ruleSizes(rule, op.schema(), args, shape))) {
     if (cache.templates.size() >= 1024) cache.templates.clear();
     cache.templates.emplace(std::move(words), plan);
   }
@@ -400,7 +453,7 @@ std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
     plan = it->second;
   } else {
     if (cache.plans.size() >= 4096) cache.plans.clear();  // shapes that never repeat: keep it bounded
-    plan = pointwisePlan(cache, op, args);
+    plan = templatePlan(cache, op, args);
     cache.plans.emplace(words, plan);
   }
   cache.last_key = std::move(words);
