@@ -35,6 +35,7 @@ PYBIND11_MODULE(_C, m) {
   spyre::setRuntimeStartedCallback(
       [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false); });
   installHostWaitHooks();
+  installDeviceFaultStack();
   spyre::registerFunctionalForms();
   checkTorchStreamIndices();
   bindRuntime(m);
