@@ -162,6 +162,17 @@ at::Tensor spyreResult(const c10::Argument& ret, int arg, const at::Tensor& resu
   return spyreCopyOf(result, stream);
 }
 
+// Whether the op writes argument `i` in place. The schema says so, except for
+// native_batch_norm, whose CPU kernel updates running_mean and running_var
+// (arguments 3 and 4) without the schema declaring the write.
+bool writesArgument(const c10::FunctionSchema& schema, size_t i) {
+  const c10::Argument& argument = schema.arguments()[i];
+  if (argument.is_out()) return false;  // a fresh host tensor: returned, not copied back
+  const c10::AliasInfo* alias = argument.alias_info();
+  if (alias != nullptr) return alias->isWrite();
+  return (i == 3 || i == 4) && schema.name() == "aten::native_batch_norm";
+}
+
 }  // namespace
 
 void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
@@ -192,8 +203,7 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
   // kernel's results replace them on the stack.
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (host copy, spyre tensor)
   for (size_t i = 0; i < args.size(); ++i) {
-    const c10::AliasInfo* alias = arguments[i].alias_info();
-    if (alias == nullptr || !alias->isWrite() || arguments[i].is_out()) continue;
+    if (!writesArgument(schema, i)) continue;
     if (args[i].isTensor() && isSpyre(args[i].toTensor())) {
       written.emplace_back(host[i].toTensor(), args[i].toTensor());
     } else if (args[i].isTensorList()) {
