@@ -6,6 +6,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -21,9 +23,12 @@ ptrdiff_t g_executor_offset = 0;
 namespace {
 
 // Address space, not memory: pages are real only once an executor touches
-// them, and FLEX_STUB_MEMORY_BYTES caps what is allocated. An allocation the
-// arena cannot place fails like one the host cannot back.
-constexpr size_t kArenaBytes = size_t{1} << 40;
+// them, and FLEX_STUB_MEMORY_BYTES caps what is allocated. Twice the budget
+// leaves room for fragmentation; an allocation the arena cannot place fails
+// like one the host cannot back. Where the address space is smaller (under
+// ThreadSanitizer), the reservation halves until it fits.
+constexpr size_t kMinArenaBytes = size_t{1} << 30;
+constexpr size_t kMaxArenaBytes = size_t{1} << 40;
 constexpr size_t kAlignment = 64;
 constexpr size_t kPageBytes = 4096;
 
@@ -32,41 +37,59 @@ constexpr size_t kPageBytes = 4096;
               "): " + std::strerror(errno));
 }
 
+std::atomic<DeviceArena*> g_arena{nullptr};
+
 }  // namespace
 
-DeviceArena& DeviceArena::get() {
-  static DeviceArena* arena = new DeviceArena();  // never destroyed: memory outlives exit
-  return *arena;
+DeviceArena& DeviceArena::get(size_t budget) {
+  if (DeviceArena* arena = g_arena.load(std::memory_order_acquire)) return *arena;
+  static std::mutex creation;
+  std::lock_guard<std::mutex> lock(creation);
+  if (g_arena.load(std::memory_order_relaxed) == nullptr) {
+    g_arena.store(new DeviceArena(budget), std::memory_order_release);  // never destroyed
+  }
+  return *g_arena.load(std::memory_order_relaxed);
 }
 
-DeviceArena::DeviceArena() {
+DeviceArena* DeviceArena::ifReserved() { return g_arena.load(std::memory_order_acquire); }
+
+DeviceArena::DeviceArena(size_t budget) {
   fd_ = memfd_create("spyre-device-memory", MFD_CLOEXEC);
   if (fd_ < 0) fail("memfd_create");
-  if (ftruncate(fd_, static_cast<off_t>(kArenaBytes)) != 0) fail("ftruncate");
+  bytes_ = std::min(std::max(budget > kMaxArenaBytes / 2 ? kMaxArenaBytes : 2 * budget,
+                             kMinArenaBytes),
+                    kMaxArenaBytes);
+  bytes_ = (bytes_ + kPageBytes - 1) / kPageBytes * kPageBytes;
   // One reservation for both mappings, so the offset between them is constant.
-  void* reserved = mmap(nullptr, 2 * kArenaBytes, PROT_NONE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* reserved = MAP_FAILED;
+  for (;;) {
+    reserved = mmap(nullptr, 2 * bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                    -1, 0);
+    if (reserved != MAP_FAILED || bytes_ / 2 < kMinArenaBytes) break;
+    bytes_ /= 2;
+  }
   if (reserved == MAP_FAILED) fail("mmap reserve");
+  if (ftruncate(fd_, static_cast<off_t>(bytes_)) != 0) fail("ftruncate");
   char* device = static_cast<char*>(reserved);
-  char* executor = device + kArenaBytes;
-  if (mmap(device, kArenaBytes, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd_, 0) ==
+  char* executor = device + bytes_;
+  if (mmap(device, bytes_, PROT_NONE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd_, 0) ==
       MAP_FAILED) {
     fail("mmap device view");
   }
-  if (mmap(executor, kArenaBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
-           fd_, 0) == MAP_FAILED) {
+  if (mmap(executor, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd_,
+           0) == MAP_FAILED) {
     fail("mmap executor view");
   }
-  free_by_offset_.emplace(0, kArenaBytes);
-  free_by_size_.emplace(kArenaBytes, 0);
+  free_by_offset_.emplace(0, bytes_);
+  free_by_size_.emplace(bytes_, 0);
   g_arena_base = reinterpret_cast<uintptr_t>(device);
-  g_arena_bytes = kArenaBytes;
-  g_executor_offset = static_cast<ptrdiff_t>(kArenaBytes);
+  g_arena_bytes = bytes_;
+  g_executor_offset = static_cast<ptrdiff_t>(bytes_);
   installDeviceFaultHandler();
 }
 
 void* DeviceArena::allocate(size_t nbytes) {
-  if (nbytes > kArenaBytes) return nullptr;
+  if (nbytes > bytes_) return nullptr;
   const size_t reserved = std::max<size_t>((nbytes + kAlignment - 1) / kAlignment, 1) * kAlignment;
   std::lock_guard<std::mutex> lock(mutex_);
   auto fit = free_by_size_.lower_bound({reserved, 0});

@@ -16,8 +16,11 @@ namespace flex::detail {
 
 class DeviceArena {
  public:
-  // The process's arena, reserved (and the fault handler installed) on first use.
-  static DeviceArena& get();
+  // The process's arena, reserved (and the fault handler installed) on first
+  // use, sized for a device of `budget` bytes (the first context's).
+  static DeviceArena& get(size_t budget);
+  // The arena if it was reserved, else nullptr.
+  static DeviceArena* ifReserved();
 
   // A 64-byte aligned device address of at least `nbytes` (a unique one for 0),
   // or nullptr when the arena has no free range that large.
@@ -36,7 +39,7 @@ class DeviceArena {
   void unlockAfterFork(bool child);
 
  private:
-  DeviceArena();
+  explicit DeviceArena(size_t budget);
 
   std::mutex mutex_;
   std::map<size_t, size_t> free_by_offset_;          // offset -> length
@@ -44,6 +47,7 @@ class DeviceArena {
   std::map<uintptr_t, std::pair<size_t, size_t>> live_;  // start -> (requested, reserved)
   bool punch_holes_ = true;
   int fd_ = -1;
+  size_t bytes_ = 0;  // of each mapping
 };
 
 // The arena's bounds; zero before it is reserved. Read by the translation and

@@ -82,7 +82,8 @@ void onFault(int sig, siginfo_t* info, void* context) {
       "card it is not mapped either).\n");
   uintptr_t start = 0;
   size_t size = 0;
-  if (DeviceArena::get().allocationAtForFault(address, &start, &size)) {
+  DeviceArena* arena = DeviceArena::ifReserved();
+  if (arena != nullptr && arena->allocationAtForFault(address, &start, &size)) {
     put("It falls in the device allocation starting at ");
     putHex(start);
     put(" of ");

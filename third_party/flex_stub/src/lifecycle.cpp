@@ -65,13 +65,13 @@ void beforeFork() {
   contextCreationMutex().lock();
   if (RuntimeContext* context = RuntimeContext::get()) {
     context->impl()->memory.lockForFork();
-    DeviceArena::get().lockForFork();
+    if (DeviceArena* arena = DeviceArena::ifReserved()) arena->lockForFork();
   }
 }
 
 void afterForkInParent() {
   if (RuntimeContext* context = RuntimeContext::get()) {
-    DeviceArena::get().unlockAfterFork(/*child=*/false);
+    if (DeviceArena* arena = DeviceArena::ifReserved()) arena->unlockAfterFork(/*child=*/false);
     context->impl()->memory.unlockAfterFork();
   }
   contextCreationMutex().unlock();
@@ -79,7 +79,7 @@ void afterForkInParent() {
 
 void afterForkInChild() {
   if (RuntimeContext* context = RuntimeContext::get()) {
-    DeviceArena::get().unlockAfterFork(/*child=*/true);
+    if (DeviceArena* arena = DeviceArena::ifReserved()) arena->unlockAfterFork(/*child=*/true);
     context->impl()->memory.unlockAfterFork();
     g_forked_child.store(true);
   }

@@ -45,7 +45,7 @@ void* Memory::allocate(size_t nbytes) {
   // Reserve the budget, then allocate without the lock (large blocks are slow).
   stats_.allocated_bytes += nbytes;
   lock.unlock();
-  void* ptr = DeviceArena::get().allocate(nbytes);
+  void* ptr = DeviceArena::get(stats_.total_bytes).allocate(nbytes);
   lock.lock();
   if (!ptr) {
     stats_.allocated_bytes -= nbytes;
@@ -73,7 +73,7 @@ void Memory::deallocate(void* ptr) {
     ++stats_.num_frees;
     device_.erase(it);
   }
-  DeviceArena::get().release(ptr);
+  DeviceArena::get(stats_.total_bytes).release(ptr);
 }
 
 bool Memory::isDevicePtr(const void* ptr) const {
