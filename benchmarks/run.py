@@ -26,6 +26,7 @@ import native
 import profiling
 import python_api
 import round_trip
+import sync_path
 import timing
 
 
@@ -116,6 +117,7 @@ def main(argv=None):
         + compute.rows(args.quick, repeats, selected)
         + compiled.rows(args.quick, repeats, selected)
         + graphs.rows(args.quick, repeats, selected)
+        + sync_path.rows(args.quick, repeats, selected)
         + profiling.rows(args.quick, repeats, selected)
         + first_result.rows(args.quick, repeats, selected)
         + first_result.new_shapes_rows(args.quick, repeats, selected)

@@ -354,6 +354,47 @@ def test_random_fills_are_writes(on):
                                "not ordered before it")
 
 
+def test_a_synchronous_op_reading_what_another_stream_writes_is_reported(on):
+    # nonzero's output shape depends on the data: it runs at the call, its argument copied to
+    # the host on the current stream (a read the sanitizer sees, named as the op).
+    x = ready(0.0)
+    s = torch.spyre.Stream()
+    with s:
+        x.fill_(1.0)
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        torch.nonzero(x)
+    assert lines(error)[:4] == [
+        "spyre sanitizer: unsynchronized access (read-after-write)",
+        *both_accesses("aten::nonzero reads", "aten::fill_.Scalar writes", s),
+        span(x),
+    ]
+    wait_stream(s)
+    assert torch.nonzero(x).cpu().view(-1).tolist() == list(range(N))
+
+
+def test_a_synchronous_op_writing_in_place_what_another_stream_reads_is_reported(on):
+    # A boolean index is data dependent: the in-place write goes back to the device as a
+    # copy queued on the current stream, which the sanitizer checks before queueing it.
+    x = ready(0.0)
+    mask = ready(True).to(torch.bool)
+    torch.spyre.synchronize()
+    s = torch.spyre.Stream()
+    with s:
+        total = x.sum()
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        x[mask] = 3.0
+    assert lines(error)[:4] == [
+        "spyre sanitizer: unsynchronized access (write-after-read)",
+        *both_accesses("aten::_index_put_impl_ writes", "aten::sum.dim_IntList reads", s),
+        span(x),
+    ]
+    wait_stream(s)
+    assert total.item() == 0.0
+    assert x.cpu().tolist() == [0.0] * N  # refused before the write was queued
+    x[mask] = 3.0
+    assert x.cpu().tolist() == [3.0] * N
+
+
 def test_warn_mode_prints_the_report_and_goes_on(capfd):
     x = ready()
     s = torch.spyre.Stream()

@@ -131,13 +131,13 @@ def test_result_block_reused_from_queued_work_is_written_after_it(op):
 
 
 def test_sync_op_result_is_queued_not_waited_for():
-    # The op waits for the stream's earlier work, computes on the host, and
-    # queues the write of its result: one operation on the stream.
+    # The op copies its argument to the host on the stream, waits for it,
+    # computes on the host, and queues the write of its result: two operations.
     x = torch.tensor([0, 1, 0, 1], device="spyre")
     torch.spyre.synchronize()
     from torch_spyre.testing import launched_ops
 
     before = launched_ops()
     r = torch.nonzero(x)
-    assert launched_ops() == before + 1  # the result's copy, queued
+    assert launched_ops() == before + 2  # the argument's copy, and the result's, queued
     assert r.cpu().tolist() == [[1], [3]]

@@ -8,6 +8,7 @@
 #include "aten/engine_team.h"
 #include "aten/sanitizer_accesses.h"
 #include "aten/stream_uses.h"
+#include "flex/flex.hpp"
 
 namespace spyre {
 namespace {
@@ -42,7 +43,8 @@ void CompiledKernel::setTensor(Arguments& args, size_t index, const at::Tensor& 
   if (sanitizer::accessesWanted()) {
     sanitizer::addTensor(args.accesses, t, /*write=*/kinds_[index] == 'p');
   }
-  args.slots[index] = reinterpret_cast<uintptr_t>(t.data_ptr());
+  // The kernel runs on an engine: it reaches the tensor through the executors' view.
+  args.slots[index] = reinterpret_cast<uintptr_t>(flex::executorAddress(t.data_ptr()));
   args.bytes += t.nbytes();
 }
 

@@ -4,6 +4,7 @@
 // cannot be queued, the synchronous path (aten/sync_path.h).
 #include "aten/launch.h"
 
+#include <exception>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -174,11 +175,24 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
                                        " (its first call runs at the call: run it once before "
                                        "capturing)");
       }
+      // On the stream like any device work (the host never touches device
+      // memory), waited for; its warnings and its error reach the caller.
+      std::exception_ptr failure;
+      WarningCollector collector;
+      stream.launchComputeOnCheckedDevice(
+          [&] {
+            const c10::WarningUtils::WarningHandlerGuard collect(&collector);
+            try {
+              work->run();
+            } catch (const std::exception&) {
+              failure = std::current_exception();
+            }
+          },
+          name, bytes);
       stream.synchronize();
-      try {
-        work->run();
-      } catch (const std::exception&) {
-        if (!work->result_mismatch) throw;
+      for (const c10::Warning& warning : collector.warnings) c10::warn(warning);
+      if (failure) {
+        if (!work->result_mismatch) std::rethrow_exception(failure);
         plan->synchronous = true;  // its results are not what the meta kernel said
         runSynchronouslyOnArgs();
         return;

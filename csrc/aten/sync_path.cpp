@@ -1,6 +1,10 @@
 #include "aten/sync_path.h"
 
 #include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
@@ -9,7 +13,9 @@
 #include "aten/launch.h"
 #include "aten/op_arguments.h"
 #include "aten/plan.h"
+#include "aten/sanitizer_accesses.h"
 #include "aten/stream_copy.h"
+#include "aten/stream_uses.h"
 #include "aten/tensor_ref.h"
 #include "device/generator.h"
 #include "runtime/capture.h"
@@ -23,12 +29,14 @@ namespace {
 // the contract of sync_path.h. The bytes travel in a fresh host buffer of the
 // target's layout that the copy keeps alive (it never reaches Python), so the
 // caller does not wait for the copy.
-void queueHostWrite(const SpyreStream& stream, const at::Tensor& host, const at::Tensor& target) {
+// `op`: the op the stream sanitizer names for the write (nullptr: "H2D").
+void queueHostWrite(const SpyreStream& stream, const at::Tensor& host, const at::Tensor& target,
+                    const char* op = nullptr) {
   if (target.numel() == 0) return;
   at::Tensor staged =
       at::empty_strided(target.sizes(), target.strides(), target.options().device(c10::kCPU));
   staged.copy_(host);
-  launchCopy(stream, staged, target, [staged] {});
+  launchCopy(stream, staged, target, [staged] {}, /*non_blocking=*/false, op);
 }
 
 // A spyre tensor holding a host result of the synchronous path.
@@ -47,12 +55,59 @@ at::Tensor spyreCopyOf(const at::Tensor& host, const SpyreStream& stream) {
   return out;
 }
 
-c10::IValue hostArgument(const c10::Argument& argument, const c10::IValue& v) {
+// The host copies of the spyre tensors an op reads: one host buffer per
+// device storage, laid out as the storage is (so views, aliasing and offsets
+// mean the same on both sides), filled by device-to-host copies queued on the
+// stream. The host never reads device memory: the copies do, in stream order.
+struct HostCopies {
+  std::string op;  // as the stream sanitizer names the op's reads
+  std::unordered_map<const void*, at::Tensor> buffers;  // device storage -> host bytes
+
+  // A CPU tensor of `t`'s layout over the host copy of its storage; the bytes
+  // `t` spans are queued to arrive there on `stream`.
+  at::Tensor of(const at::Tensor& t, const SpyreStream& stream) {
+    const c10::Storage& storage = t.storage();
+    auto [it, fresh] = buffers.try_emplace(storage.data(), at::Tensor());
+    if (fresh) {
+      it->second = at::empty({static_cast<int64_t>(storage.nbytes())},
+                             at::TensorOptions().dtype(at::kByte));
+    }
+    TensorRef ref = TensorRef::of(t);
+    ref.storage_base = it->second.data_ptr();
+    at::Tensor host = ref.cpuAlias();
+    if (t.numel() > 0) {
+      // The bytes the tensor spans, whatever its strides (expanded and
+      // overlapping views included): one copy.
+      int64_t last = t.storage_offset();
+      for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+      const size_t begin = t.storage_offset() * t.element_size();
+      const size_t end = (last + 1) * t.element_size();
+      if (sanitizer::accessesWanted()) {
+        std::vector<sanitizer::Access> accesses;
+        sanitizer::addTensor(accesses, t, /*write=*/false);
+        sanitizer::onLaunch(stream.id(), op, accesses);
+      }
+      stream.launchD2H(static_cast<const char*>(storage.data()) + begin,
+                       static_cast<char*>(it->second.data_ptr()) + begin, end - begin);
+      recordUse(t, stream);
+    }
+    return host;
+  }
+
+  // The host storage standing for `t`'s device storage (nullptr: none).
+  const void* hostStorageOf(const at::Tensor& t) const {
+    auto it = buffers.find(t.storage().data());
+    return it == buffers.end() ? nullptr : it->second.data_ptr();
+  }
+};
+
+c10::IValue hostArgument(const c10::Argument& argument, const c10::IValue& v, HostCopies& copies,
+                         const SpyreStream& stream) {
   auto host = [&](const at::Tensor& t) -> at::Tensor {
     if (!isSpyre(t)) return t;
     // An out= tensor is replaced by a fresh host tensor the kernel may resize.
     if (argument.is_out()) return at::empty({0}, t.options().device(c10::kCPU));
-    return TensorRef::of(t).cpuAlias();
+    return copies.of(t, stream);
   };
   if (v.isTensor()) return host(v.toTensor());
   if (v.isTensorList()) {
@@ -85,12 +140,12 @@ c10::IValue hostArgument(const c10::Argument& argument, const c10::IValue& v) {
 // spyre tensor.
 at::Tensor spyreResult(const c10::Argument& ret, int arg, const at::Tensor& result,
                        const Stack& args, const c10::FunctionSchema& schema,
-                       const SpyreStream& stream) {
+                       const SpyreStream& stream, const HostCopies& copies) {
   if (!result.defined() || !result.is_cpu()) return result;
   if (arg >= 0 && args[arg].isTensor() && isSpyre(args[arg].toTensor())) {
     const at::Tensor& target = args[arg].toTensor();
     const bool aliases = result.has_storage() && target.has_storage() &&
-                         result.storage().data() == target.storage().data();
+                         result.storage().data() == copies.hostStorageOf(target);
     if (!ret.alias_info()->isWrite() && !aliases) return spyreCopyOf(result, stream);
     if (ret.alias_info()->isWrite()) {
       if (schema.arguments()[arg].is_out()) {
@@ -100,11 +155,22 @@ at::Tensor spyreResult(const c10::Argument& ret, int arg, const at::Tensor& resu
         restride(target, layout);  // a growth copies the old bytes in stream order
         queueHostWrite(stream, result, target);  // after that copy, not under it
       }
-      return target;
+      return target;  // an in-place write: copied back with the written arguments
     }
     return viewOf(target, Layout::of(result));
   }
   return spyreCopyOf(result, stream);
+}
+
+// Whether the op writes argument `i` in place. The schema says so, except for
+// native_batch_norm, whose CPU kernel updates running_mean and running_var
+// (arguments 3 and 4) without the schema declaring the write.
+bool writesArgument(const c10::FunctionSchema& schema, size_t i) {
+  const c10::Argument& argument = schema.arguments()[i];
+  if (argument.is_out()) return false;  // a fresh host tensor: returned, not copied back
+  const c10::AliasInfo* alias = argument.alias_info();
+  if (alias != nullptr) return alias->isWrite();
+  return (i == 3 || i == 4) && schema.name() == "aten::native_batch_norm";
 }
 
 }  // namespace
@@ -125,13 +191,37 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
                                           : " (it runs at the call: the host waits for the stream "
                                             "and reads its arguments)"));
   }
-  stream.synchronize();  // the host reads the arguments
+  HostCopies copies;
+  if (sanitizer::accessesWanted()) copies.op = sanitizer::opName(op);
   Stack host;
   host.reserve(args.size());
-  for (size_t i = 0; i < args.size(); ++i) host.push_back(hostArgument(arguments[i], args[i]));
+  for (size_t i = 0; i < args.size(); ++i) {
+    host.push_back(hostArgument(arguments[i], args[i], copies, stream));
+  }
+  stream.synchronize();  // the arguments' copies have arrived
+  // The host copies of the arguments the op writes in place, before the
+  // kernel's results replace them on the stack.
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (host copy, spyre tensor)
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!writesArgument(schema, i)) continue;
+    if (args[i].isTensor() && isSpyre(args[i].toTensor())) {
+      written.emplace_back(host[i].toTensor(), args[i].toTensor());
+    } else if (args[i].isTensorList()) {
+      const auto hosts = host[i].toTensorList();
+      const auto spyres = args[i].toTensorList();
+      for (size_t j = 0; j < spyres.size(); ++j) {
+        if (isSpyre(spyres[j])) written.emplace_back(hosts[j], spyres[j]);
+      }
+    }
+  }
   {
     CpuKernelScope scope(0);
     op.callBoxed(host);
+  }
+  // In-place results go back to the device in stream order (the sanitizer and
+  // the hazard tracker see the writes).
+  for (const auto& [copy, target] : written) {
+    queueHostWrite(stream, copy, target, copies.op.empty() ? nullptr : copies.op.c_str());
   }
   const auto& rets = schema.returns();
   std::vector<c10::IValue> returns;
@@ -139,7 +229,7 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
     const int arg = aliasedArgument(schema, rets[k]);
     c10::IValue& value = host[k];
     if (value.isTensor()) {
-      returns.emplace_back(spyreResult(rets[k], arg, value.toTensor(), args, schema, stream));
+      returns.emplace_back(spyreResult(rets[k], arg, value.toTensor(), args, schema, stream, copies));
     } else if (value.isTensorList()) {
       if (arg >= 0 && rets[k].alias_info()->isWrite()) {
         returns.push_back(args[arg]);  // in-place on a list (foreach): written through
@@ -148,7 +238,7 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
       c10::List<at::Tensor> list;
       for (const at::Tensor& t : value.toTensorList()) {
         list.push_back(arg >= 0 && args[arg].isTensor()
-                           ? spyreResult(rets[k], arg, t, args, schema, stream)
+                           ? spyreResult(rets[k], arg, t, args, schema, stream, copies)
                            : spyreCopyOf(t, stream));
       }
       returns.emplace_back(std::move(list));

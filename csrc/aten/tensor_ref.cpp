@@ -7,6 +7,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
+#include "flex/flex.hpp"
+
 namespace spyre {
 
 TensorRef TensorRef::of(const at::Tensor& t) {
@@ -41,9 +43,10 @@ at::Tensor TensorRef::cpuAlias() const {
     std::memcpy(alias.mutable_data_ptr(), scalar_bytes.data(), alias.element_size());
     alias.unsafeGetTensorImpl()->set_wrapped_number(wrapped_number);
   } else {
-    // A storage that does not own its memory (no deleter) and cannot grow.
+    // A storage that does not own its memory (no deleter) and cannot grow, over
+    // the executors' view of device memory (pinned host memory as it is).
     c10::Storage storage(c10::Storage::use_byte_size_t(), storage_nbytes,
-                         c10::DataPtr(storage_base, c10::Device(c10::kCPU)),
+                         c10::DataPtr(flex::executorAddress(storage_base), c10::Device(c10::kCPU)),
                          /*allocator=*/nullptr, /*resizable=*/false);
     alias = at::detail::make_tensor<c10::TensorImpl>(
         std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
@@ -62,7 +65,7 @@ at::Tensor hostView(const at::Tensor& t) {
                     "host view: expected a tensor without conj/neg bits (resolve_conj(), "
                     "resolve_neg() first)");
   c10::Storage owner = t.storage();
-  return at::for_blob(t.data_ptr(), t.sizes())
+  return at::for_blob(flex::executorAddress(t.data_ptr()), t.sizes())
       .strides(t.strides())
       .deleter([owner](void*) {})  // the storage is released with the deleter
       .options(at::TensorOptions().dtype(t.dtype()).device(c10::kCPU))

@@ -41,17 +41,20 @@ struct TensorRef {
   // strides, for refs built in place in a container.
   void capture(const at::Tensor& t);
 
-  // A CPU tensor over the same memory and layout (or holding the scalar). It
-  // owns nothing: valid while the memory is, i.e. inside the device work.
+  // A CPU tensor over the same memory and layout (or holding the scalar): for
+  // device memory, over the executors' view (flex::executorAddress), so only
+  // device work may use it. It owns nothing: valid while the memory is, i.e.
+  // inside the device work.
   at::Tensor cpuAlias() const;
 };
 
-// A CPU tensor over the memory of spyre tensor `t` (same sizes, strides and
-// dtype) that keeps `t`'s storage alive while it lives. How spyreccl hands
-// device memory to gloo, which plays the card's collective engine as ATen's
-// CPU kernels play its compute engine (docs/distributed.md, "Direct"): the
-// emulated device's memory is host memory. Refuses conj/neg views (the bits
-// would be lost).
+// A CPU tensor over the executors' view of spyre tensor `t`'s memory (same
+// sizes, strides and dtype; flex::executorAddress) that keeps `t`'s storage
+// alive while it lives. How spyreccl hands device memory to gloo, which plays
+// the card's collective engine (its DMA peer) as ATen's CPU kernels play its
+// compute engine (docs/distributed.md, "Direct"): only gloo's threads touch it,
+// between the events that order the collective. Refuses conj/neg views (the
+// bits would be lost).
 at::Tensor hostView(const at::Tensor& t);
 
 }  // namespace spyre

@@ -35,6 +35,9 @@ std::string checkTorchStreamIndices();
 // ---- host waits (gil_waits.cpp): release the GIL, park threads at exit.
 void installHostWaitHooks();
 
+// ---- device memory faults (device_fault_stack.cpp): the Python stack in the report.
+void installDeviceFaultStack();
+
 // ---- binding groups
 void bindRuntime(py::module_& m);           // runtime_bindings.cpp
 void bindErrors(py::module_& m);            // runtime_bindings.cpp

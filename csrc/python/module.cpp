@@ -36,6 +36,7 @@ PYBIND11_MODULE(_C, m) {
   spyre::setRuntimeStartedCallback(
       [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false); });
   installHostWaitHooks();
+  installDeviceFaultStack();
   spyre::registerFunctionalForms();
   // A borrowed dispatch key, registered only if nothing else claimed it (aten/thread_mode.h).
   const std::string key_taken = spyre::registerThreadModeKey();

@@ -26,7 +26,7 @@ const Params& required(const Params* params, const char* what) {
 }
 
 // The pieces of device memory behind [offset, offset + size) of `address`, each
-// checked to lie inside one live allocation.
+// checked to lie inside one live allocation, as the executors' addresses.
 DevSpan deviceSpan(const detail::Memory& memory, const char* what,
                    const CompositeAddress& address, size_t offset, size_t size) {
   const size_t total = address.total_size();
@@ -53,10 +53,12 @@ DevSpan deviceSpan(const detail::Memory& memory, const char* what,
                   " bytes at offset " + std::to_string(offset) + " of chunk " +
                   detail::hexPointer(chunk.device_ptr) + " is not inside one live allocation");
     }
+    // Executors (DMA, fill, graph replay) copy through the read-write view.
+    const DevPiece executor{static_cast<char*>(executorAddress(piece.ptr)), length};
     if (span.first.size == 0) {
-      span.first = piece;
+      span.first = executor;
     } else {
-      span.rest.push_back(piece);
+      span.rest.push_back(executor);
     }
     offset = 0;
     size -= length;

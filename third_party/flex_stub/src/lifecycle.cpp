@@ -23,6 +23,7 @@
 #include <cstdio>
 
 #include "context_impl.hpp"
+#include "device_arena.hpp"
 #include "lifecycle.hpp"
 #include "stream_impl.hpp"
 #include "trace.hpp"
@@ -62,16 +63,23 @@ void shutdownRuntime() {
 
 void beforeFork() {
   contextCreationMutex().lock();
-  if (RuntimeContext* context = RuntimeContext::get()) context->impl()->memory.lockForFork();
+  if (RuntimeContext* context = RuntimeContext::get()) {
+    context->impl()->memory.lockForFork();
+    if (DeviceArena* arena = DeviceArena::ifReserved()) arena->lockForFork();
+  }
 }
 
 void afterForkInParent() {
-  if (RuntimeContext* context = RuntimeContext::get()) context->impl()->memory.unlockAfterFork();
+  if (RuntimeContext* context = RuntimeContext::get()) {
+    if (DeviceArena* arena = DeviceArena::ifReserved()) arena->unlockAfterFork(/*child=*/false);
+    context->impl()->memory.unlockAfterFork();
+  }
   contextCreationMutex().unlock();
 }
 
 void afterForkInChild() {
   if (RuntimeContext* context = RuntimeContext::get()) {
+    if (DeviceArena* arena = DeviceArena::ifReserved()) arena->unlockAfterFork(/*child=*/true);
     context->impl()->memory.unlockAfterFork();
     g_forked_child.store(true);
   }

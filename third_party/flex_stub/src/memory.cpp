@@ -1,11 +1,13 @@
-// Device memory is host memory behind a budget: the budget (FLEX_STUB_MEMORY_BYTES)
-// models the card's capacity; only what is allocated is real.
+// Device memory behind a budget: the budget (FLEX_STUB_MEMORY_BYTES) models the
+// card's capacity; the pages live in the device arena (device_arena.hpp), where
+// the host cannot touch them. Pinned memory is ordinary host memory.
 #include "memory.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
+#include "device_arena.hpp"
 #include "format.hpp"
 
 namespace flex::detail {
@@ -43,7 +45,7 @@ void* Memory::allocate(size_t nbytes) {
   // Reserve the budget, then allocate without the lock (large blocks are slow).
   stats_.allocated_bytes += nbytes;
   lock.unlock();
-  void* ptr = alignedBlock(nbytes);
+  void* ptr = DeviceArena::get(stats_.total_bytes).allocate(nbytes);
   lock.lock();
   if (!ptr) {
     stats_.allocated_bytes -= nbytes;
@@ -71,7 +73,7 @@ void Memory::deallocate(void* ptr) {
     ++stats_.num_frees;
     device_.erase(it);
   }
-  std::free(ptr);
+  DeviceArena::get(stats_.total_bytes).release(ptr);
 }
 
 bool Memory::isDevicePtr(const void* ptr) const {

@@ -10,6 +10,7 @@ using flex::CompositeAddress;
 using flex::ComputeParams;
 using flex::D2DParams;
 using flex::DataFormats;
+using flex::DmaParams;
 using flex::RuntimeGraph;
 using flex::RuntimeStream;
 using flex::test::Gate;
@@ -33,7 +34,11 @@ TEST(graph_launch_runs_every_node_in_order_each_time) {
   RuntimeGraph graph;
   CompositeAddress address(dev, 4 * sizeof(float));
   graph.addFill(&address, 1.0, DataFormats::FP32);
-  const ComputeParams twice = compute([dev] { for (int i = 0; i < 4; ++i) dev[i] *= 2; }, "twice");
+  // Kernels reach device memory through the executors' view.
+  auto* dev_view = static_cast<float*>(flex::executorAddress(dev));
+  auto* copy_view = static_cast<float*>(flex::executorAddress(copy));
+  const ComputeParams twice =
+      compute([dev_view] { for (int i = 0; i < 4; ++i) dev_view[i] *= 2; }, "twice");
   graph.addCompute(&twice);
   D2DParams d2d;
   d2d.src = CompositeAddress(dev, 4 * sizeof(float));
@@ -41,14 +46,19 @@ TEST(graph_launch_runs_every_node_in_order_each_time) {
   d2d.size = 4 * sizeof(float);
   graph.addD2D(&d2d);
   std::atomic<int> runs{0};
-  const ComputeParams count = compute([&runs, copy] { runs += static_cast<int>(copy[3]); }, "count");
+  const ComputeParams count =
+      compute([&runs, copy_view] { runs += static_cast<int>(copy_view[3]); }, "count");
   graph.addCompute(&count);
   CHECK_EQ(graph.nodeCount(), 4u);
   for (int i = 0; i < 3; ++i) stream->launchGraph(graph);
   stream->synchronize();
   CHECK_EQ(runs.load(), 6);
-  CHECK_EQ(copy[0], 2.0f);
   CHECK_EQ(flex::test::completedOps(stream), 3u);  // one operation per launch
+  float first = 0;
+  DmaParams back(&first, sizeof first, false, &d2d.dst);
+  stream->launchOperationD2H(&back);
+  stream->synchronize();
+  CHECK_EQ(first, 2.0f);
   context->deallocate(dev);
   context->deallocate(copy);
 }

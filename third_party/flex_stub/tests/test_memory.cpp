@@ -135,3 +135,37 @@ TEST(memory_concurrent_allocations_are_consistent) {
   CHECK_EQ(stats.num_allocs, 4000u);
   CHECK_EQ(stats.num_frees, 4000u);
 }
+
+TEST(memory_executor_address_is_the_same_bytes_read_write) {
+  RuntimeContext* context = util::context();
+  char* dev = static_cast<char*>(context->allocate(256));
+  char* view = static_cast<char*>(flex::executorAddress(dev));
+  CHECK(view != dev);
+  CHECK_EQ(static_cast<char*>(flex::executorAddress(dev + 100)), view + 100);
+  view[100] = 42;  // an executor's write
+  char back = 0;
+  flex::CompositeAddress address(dev, 256);
+  flex::DmaParams d2h(&back, 1, false, &address);
+  d2h.dev_offset = 100;
+  flex::RuntimeStream* stream = context->getDefaultStream();
+  stream->launchOperationD2H(&d2h);
+  stream->synchronize();
+  CHECK_EQ(back, 42);
+  int local = 0;  // not device memory: unchanged
+  CHECK_EQ(flex::executorAddress(&local), static_cast<void*>(&local));
+  CHECK(flex::executorAddress(nullptr) == nullptr);
+  context->deallocate(dev);
+}
+
+TEST(memory_freed_pages_go_back_to_the_os) {
+  RuntimeContext* context = util::context();
+  constexpr size_t kBytes = 1 << 20;
+  char* dev = static_cast<char*>(context->allocate(kBytes));
+  char* view = static_cast<char*>(flex::executorAddress(dev));
+  for (size_t i = 0; i < kBytes; ++i) view[i] = 7;
+  context->deallocate(dev);
+  // The whole pages of the freed range were punched out: they read as zeros.
+  size_t nonzero = 0;
+  for (size_t i = 8192; i < kBytes - 8192; ++i) nonzero += view[i] != 0;
+  CHECK_EQ(nonzero, 0u);
+}

@@ -76,7 +76,8 @@ struct Chunk {
 
 // A device address: an ordered list of chunks (the stub allocates one chunk per
 // allocation). Device pointers are opaque to the host: they are only ever read
-// or written by stream operations.
+// or written by stream operations. The stub maps them with no access, so a host
+// read or write through one stops the process with a report on stderr.
 struct CompositeAddress {
   std::vector<Chunk> chunks;
   CompositeAddress() = default;
@@ -96,6 +97,18 @@ struct DeviceProperties {
   size_t engines = 0;       // execution engines; 0: unlimited (FLEX_STUB_ENGINES unset)
   size_t dma_engines = 0;   // threads that share one large copy (FLEX_STUB_DMA_ENGINES)
 };
+
+// Where the runtime's own executors (engine threads running kernels, DMA
+// engines, graph replays, a collective transport acting as the card's DMA peer)
+// reach the byte at `device_ptr`: a read-write view of the same memory. Only
+// code running inside a stream operation may use it; any other pointer is
+// returned unchanged. One range check and one add.
+void* executorAddress(const void* device_ptr);
+
+// A function the device-memory fault report calls last, with the fd it writes
+// to (2), to add what the runtime cannot know (the Python stack). It runs in a
+// signal handler: it must be async-signal-safe.
+void setDeviceFaultReporter(void (*reporter)(int fd));
 
 struct MemoryStats {
   size_t allocated_bytes = 0;       // currently allocated
