@@ -177,22 +177,27 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       }
       // On the stream like any device work (the host never touches device
       // memory), waited for; its warnings and its error reach the caller.
-      std::exception_ptr failure;
-      WarningCollector collector;
+      // What the op reports lives in a block the op shares: if the wait
+      // raises (an earlier failure), the op never writes into a dead frame.
+      struct Outcome {
+        std::exception_ptr failure;
+        WarningCollector collector;
+      };
+      auto outcome = std::make_shared<Outcome>();
       stream.launchComputeSkippingDeviceCheck(
-          [&] {
-            const c10::WarningUtils::WarningHandlerGuard collect(&collector);
+          [work, outcome] {
+            const c10::WarningUtils::WarningHandlerGuard collect(&outcome->collector);
             try {
               work->run();
             } catch (const std::exception&) {
-              failure = std::current_exception();
+              outcome->failure = std::current_exception();
             }
           },
           name, bytes);
       stream.synchronize();
-      for (const c10::Warning& warning : collector.warnings) c10::warn(warning);
-      if (failure) {
-        if (!work->result_mismatch) std::rethrow_exception(failure);
+      for (const c10::Warning& warning : outcome->collector.warnings) c10::warn(warning);
+      if (outcome->failure) {
+        if (!work->result_mismatch) std::rethrow_exception(outcome->failure);
         plan->synchronous = true;  // its results are not what the meta kernel said
         runSynchronouslyOnArgs();
         return;
