@@ -155,14 +155,15 @@ with torch.spyre.stream(s):
     out["stream.wait"] = work.wait()
     out["stream.result"] = (t * 1).cpu().tolist()  # on s, after wait(): the sum
 
-# 2. wait() does not wait for the device: the copies back are held on the
-#    group's communication stream; s waits for them, other streams do not.
+# 2. wait() does not wait for the device: what the collective queued on the
+#    group's communication stream after it (the copies back, or the end of its
+#    peer access window) is held there; s waits for it, other streams do not.
 comm = dist.group.WORLD._comm_stream
 with torch.spyre.stream(s):
     t = torch.full((2,), 10.0 * (r + 1), device="spyre")
     with Gate() as gate:
-        gate.block(comm)
         work = dist.all_reduce(t, async_op=True)
+        gate.block(comm)  # after the collective's own operations there
         out["stream.wait_while_copy_back_held"] = work.wait()
         later = t * 2  # on s: ordered after the copy back
         out["stream.s_pending"] = s.query()
@@ -182,8 +183,9 @@ with torch.spyre.stream(s):
 with torch.spyre.stream(s):
     t = torch.full((3,), float(r + 1), device="spyre")
     with Gate() as gate:
+        work = dist.all_reduce(t, async_op=True)
         gate.block(comm)
-        fut = dist.all_reduce(t, async_op=True).get_future()
+        fut = work.get_future()
         with torch.spyre.stream(other):
             value = fut.wait()
             later = value[0] + 1
@@ -196,6 +198,43 @@ with torch.spyre.stream(s):
     work = dist.all_reduce(t, async_op=True)
     chained = work.get_future().then(lambda f: f.value()[0] * 10)
     out["future.then"] = chained.wait().cpu().tolist()
+
+# Direct: gloo works on the device memory only inside the collective's peer
+# access window, an operation of the communication stream. Behind a gate there
+# the collective has not started on either rank: the memory holds the inputs.
+out["window.held"] = None
+if os.environ["SPYRECCL_STAGING"] == "0":
+    t = torch.full((2,), 10.0 * (r + 1), device="spyre")
+    with Gate() as gate:
+        gate.block(comm)
+        work = dist.all_reduce(t, async_op=True)
+        import time
+        deadline = time.monotonic() + 30
+        while gate.blocked_streams != 1 and time.monotonic() < deadline:
+            time.sleep(0.001)  # the comm stream reaches the gate (its earlier work done)
+        mode = torch.spyre._C._sanitizer_mode()
+        torch.spyre._C._sanitizer_set_mode(0)  # a read racing the collective, on purpose
+        with torch.spyre.stream(other):
+            out["window.held"] = [work.is_completed(), t.cpu().tolist(), gate.blocked_streams]
+        torch.spyre._C._sanitizer_set_mode(mode)
+        gate.release()
+    out["window.after"] = [work.wait(), t.cpu().tolist()]
+    # A device-wide synchronize() while the collective waits for a late peer
+    # waits for its window, which closes once the peer has joined and gloo is
+    # done (nothing the peer's progress needs is held meanwhile): as on CUDA,
+    # the result is there once it returns.
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.full((2,), r + 1.0, device="spyre")
+    if r == 0:
+        work = dist.all_reduce(t, async_op=True)
+        store.set("late_peer", "go")
+        torch.spyre.synchronize()
+        out["window.sync_with_late_peer"] = t.cpu().tolist()
+        work.wait()
+    else:
+        store.wait(["late_peer"])
+        dist.all_reduce(t)
+        out["window.sync_with_late_peer"] = t.cpu().tolist()
 
 # 4. wait(timeout) gives up, with a clear error, on a collective whose inputs
 #    are held (rank 0's stream is gated; rank 1 waits inside gloo meanwhile);
@@ -439,6 +478,22 @@ def test_wait_makes_the_current_stream_wait_without_a_host_wait(collectives):
             # Another stream still sees this rank's input: the copy back has not run.
             assert res["stream.other_stream_sees"] == [10.0 * (rank + 1)] * 2
         assert res["stream.later"] == [60.0, 60.0]  # (10 + 20) * 2, after the comm stream
+
+
+def test_direct_collectives_work_only_inside_their_window_on_the_comm_stream(collectives):
+    if collectives[0]["mode"] != "direct":
+        # Staged collectives have no window: gloo works on host twins.
+        assert both(collectives, "window.held") == [None, None]
+        return
+    # Held behind a gate on the comm stream: gloo has not touched either rank's
+    # tensor (the window that lets it has not opened), then the sum.
+    for rank, res in enumerate(collectives):
+        held = res["window.held"]
+        assert held[0] is False
+        assert held[1] == [10.0 * (rank + 1)] * 2
+        assert held[2] == 1  # the comm stream is parked at the gate
+        assert res["window.after"] == [True, [30.0, 30.0]]
+        assert res["window.sync_with_late_peer"] == [3.0, 3.0]
 
 
 def test_an_input_dropped_in_flight_is_not_reused_before_gloo_is_done(collectives):

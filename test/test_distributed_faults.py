@@ -118,6 +118,56 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
     assert [res["after"] for res in results] == [[3.0, 3.0], [3.0, 3.0]]
 
 
+def test_a_failed_communication_stream_fails_direct_collectives_on_every_rank(tmp_path):
+    # Rank 0's communication stream fails before a direct collective's peer
+    # access window: the window never opens, so gloo never touches rank 0's
+    # memory. Every rank gets the same error instead of waiting for the
+    # timeout, rank 1's tensor is untouched, and so is every later collective
+    # of the group (its communication stream stays failed, as a card's would).
+    torchrun(
+        tmp_path,
+        PRELUDE
+        + WAIT_UNTIL
+        + textwrap.dedent(
+            """
+        from torch_spyre.testing import Gate, inject_fault
+        dist.init_process_group()
+        r = dist.get_rank()
+        comm = dist.group.WORLD._comm()
+        t = torch.full((4,), r + 1.0, device="spyre")
+        with Gate() as gate:
+            if r == 0:
+                gate.block(comm)
+                wait_until(lambda: gate.blocked_streams == 1, what="the gate to run")
+                inject_fault(comm, "injected: link down")  # hits the collective's first op there
+            work = dist.all_reduce(t, async_op=True)
+            gate.release()
+        out["wait"] = [error(work.wait), work.is_success()]
+        out["t"] = t.cpu().tolist()
+        out["again"] = error(lambda: dist.all_reduce(t))
+        out["comm"] = [comm.stream_id, error(comm.synchronize)]
+        dist.destroy_process_group()
+        save()
+        """
+        ),
+    )
+    results = rank_results(tmp_path)
+    comm_id = results[0]["comm"][0]
+    failed = [
+        "RuntimeError",
+        f"spyreccl: allreduce failed before moving any data (rank 0: its communication stream "
+        f"{comm_id} failed before the collective: injected: link down)",
+    ]
+    assert [res["wait"] for res in results] == [[failed, False], [failed, False]]
+    assert [res["t"] for res in results] == [[1.0] * 4, [2.0] * 4]
+    again = failed[1].replace("injected: link down",
+                              "Cannot schedule operation on stream in error state: injected: link down")
+    assert [res["again"] for res in results] == [["RuntimeError", again]] * 2
+    # The stream's own error is reported to whoever synchronizes it, once.
+    assert results[0]["comm"][1] == ["RuntimeError", "injected: link down"]
+    assert results[1]["comm"][1] is None
+
+
 def test_a_device_failure_after_the_first_piece_fails_the_all_reduce_on_every_rank(tmp_path):
     # A 17 MiB all_reduce goes in two pieces (16 MiB, then 1 MiB), staged
     # (SPYRECCL_STAGING=1: a direct one has all its pieces ready at once, so

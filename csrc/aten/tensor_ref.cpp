@@ -58,11 +58,11 @@ at::Tensor TensorRef::cpuAlias() const {
   return alias;
 }
 
-at::Tensor hostView(const at::Tensor& t) {
+at::Tensor peerAccessView(const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1,
-                    "host view: expected a spyre tensor, got one on ", t.device());
+                    "peer access view: expected a spyre tensor, got one on ", t.device());
   TORCH_CHECK_VALUE(!t.is_conj() && !t.is_neg(),
-                    "host view: expected a tensor without conj/neg bits (resolve_conj(), "
+                    "peer access view: expected a tensor without conj/neg bits (resolve_conj(), "
                     "resolve_neg() first)");
   c10::Storage owner = t.storage();
   return at::for_blob(flex::executorAddress(t.data_ptr()), t.sizes())

@@ -53,8 +53,9 @@ struct TensorRef {
 // alive while it lives. How spyreccl hands device memory to gloo, which plays
 // the card's collective engine (its DMA peer) as ATen's CPU kernels play its
 // compute engine (docs/distributed.md, "Direct"): only gloo's threads touch it,
-// between the events that order the collective. Refuses conj/neg views (the
-// bits would be lost).
-at::Tensor hostView(const at::Tensor& t);
+// and only while the collective's peer access window is open on the group's
+// communication stream (python/peer_window_bindings.cpp). Refuses conj/neg
+// views (the bits would be lost).
+at::Tensor peerAccessView(const at::Tensor& t);
 
 }  // namespace spyre

@@ -49,6 +49,7 @@ void bindHostMemory(py::module_& m);        // memory_bindings.cpp
 void bindMemoryHistory(py::module_& m);     // memory_history_bindings.cpp
 void bindCompiledKernels(py::module_& m);   // compiled_kernel_bindings.cpp
 void bindCollectives(py::module_& m);      // collective_bindings.cpp (gloo, no Python objects)
+void bindPeerAccessWindows(py::module_& m);  // peer_window_bindings.cpp
 void bindSanitizer(py::module_& m);        // sanitizer_bindings.cpp
 void bindSyncDebug(py::module_& m);        // sync_debug_bindings.cpp
 void bindGraphs(py::module_& m);           // graph_bindings.cpp

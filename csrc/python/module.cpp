@@ -59,6 +59,7 @@ PYBIND11_MODULE(_C, m) {
   bindMemoryHistory(m);
   bindCompiledKernels(m);
   bindCollectives(m);
+  bindPeerAccessWindows(m);
   bindSanitizer(m);
   bindSyncDebug(m);
   bindGraphs(m);

@@ -5,7 +5,6 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "aten/tensor_ref.h"
 #include "python/bindings.h"
 #include "runtime/runtime.h"
 
@@ -88,7 +87,6 @@ void bindStreams(py::module_& m) {
     getCurrentStream(-1).launchDelay(milliseconds);
   });
   m.def("_mapped_stream_count", &mappedStreamCount);
-  m.def("_host_view", &hostView, "A CPU tensor over a spyre tensor's memory (spyreccl).");
 }
 
 }  // namespace spyre::python

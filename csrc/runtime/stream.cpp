@@ -359,6 +359,15 @@ void SpyreStream::launchHostCallback(std::function<void()> fn, const char* name)
   handle->launchOperationHostCallback(&params);
 }
 
+void SpyreStream::launchPeerAccessWindow(flex::PeerAccessWindow& window,
+                                         const std::string& name) const {
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::refuseIfCapturing(id(), "a collective's peer access window (" + name + ")");
+  }
+  window.enqueueOn(handle, name);
+}
+
 void SpyreStream::launchFill(void* device, size_t nbytes, double value,
                              flex::DataFormats format) const {
   flex::CompositeAddress address(device, nbytes);

@@ -137,6 +137,10 @@ class SpyreStream {
   void launchComputeSkippingDeviceCheck(std::function<void()> fn, const char* name,
                                     size_t bytes = 0) const;
   void launchHostCallback(std::function<void()> fn, const char* name) const;
+  // A window in which the collective transport reads and writes device memory
+  // (flex::PeerAccessWindow): it holds the stream from when the stream reaches
+  // it until the transport closes it. Refused during a graph capture.
+  void launchPeerAccessWindow(flex::PeerAccessWindow& window, const std::string& name) const;
   void launchFill(void* device, size_t nbytes, double value, flex::DataFormats format) const;
   void launchDelay(double milliseconds) const;
 

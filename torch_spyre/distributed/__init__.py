@@ -12,19 +12,21 @@ caller's streams as NCCL does:
   stream; `wait()` makes the caller's current stream wait for it and
   `get_future()` completes a device future at the same point.
 
-gloo works on the device memory itself ("direct": the emulated device's
-memory is host memory, as its compute kernels use it) where it can: a
-contiguous tensor without conj/neg bits, not needing a private copy. Other
-spyre tensors, and every one under SPYRECCL_STAGING=1 (the path of a device
-whose memory the host cannot address), are staged: copied to pinned host
-memory on the caller's stream before the event, and the results copied back
-on the communication stream.
+gloo works on the device memory itself ("direct", as the card's collective
+engine would) where it can: a contiguous tensor without conj/neg bits, not
+needing a private copy. It does so only inside the collective's peer access
+window, a runtime operation queued on the communication stream after the
+caller's event: the window opens when that stream reaches it and holds the
+stream until gloo is done. Other spyre tensors, and every one under
+SPYRECCL_STAGING=1, are staged: copied to pinned host memory on the caller's
+stream before the event, and the results copied back on the communication
+stream.
 
 CPU tensors go straight to gloo, so one process group serves both devices.
 `torch_spyre/__init__.py` registers the backend; this package loads lazily, at
 the first process group that uses it.
 
-Modules: `staging` (host views and host twins), `work` (SpyreCCLWork),
+Modules: `staging` (views used in a peer access window, and host twins), `work` (SpyreCCLWork),
 `consistency` (the cross-rank signature exchange), `progress` (the progress
 and completion threads), `pipeline` (a large all_reduce in pieces),
 `process_group` (ProcessGroupSpyreCCL, create_backend).
@@ -39,14 +41,15 @@ Threads:
   issue it on gloo themselves (CPU tensors only). Issuing a gloo collective
   only enqueues it on gloo's threads.
 - `spyreccl-progress` (one per group, started at its first queued
-  collective): in call order, waits for each collective's staging event (a
-  host wait, without the GIL), runs the signature exchange (a small gloo
+  collective): in call order, waits for each collective's staging event and
+  peer access window (host waits, without the GIL), runs the signature exchange (a small gloo
   all-gather it waits for: it blocks until every rank has called the same
   collective), and issues the collective on gloo. A pipelined all_reduce also
   waits here for each piece's staging copy.
 - `spyreccl-completion` (one per group): in order, waits for each
-  collective's gloo work (until every rank has done its part), enqueues the
-  copies back on the communication stream, and completes the SpyreCCLWork.
+  collective's gloo work (until every rank has done its part), closes its
+  window, enqueues the copies back on the communication stream, and completes
+  the SpyreCCLWork.
 - gloo's own threads move the bytes. They never touch Python: every gloo
   collective is issued through `gloo_calls.GlooCalls`, which hands gloo
   aliases made in C++ (a tensor with a Python object would take the GIL when
@@ -60,7 +63,9 @@ Locks (none is held while waiting for a peer or the device):
   queued collective: gloo matches collectives across ranks by issue order).
   The progress thread takes it only to count a collective done, after issuing
   it: the exchange and the staging waits run outside it, so a caller's next
-  `async_op=True` call returns at once even while a peer is late.
+  `async_op=True` call returns at once even while a peer is late. A caller
+  queues a collective's window on the communication stream under it too, so
+  windows open in the order the progress thread issues them.
 - `SpyreCCLWork._lock`: the hand-over of the result between the completion
   thread (`_complete`) and `get_future()` (the future is created once and
   settled exactly once).

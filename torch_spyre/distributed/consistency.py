@@ -54,6 +54,12 @@ def _unread(stream) -> str:
     return f"its inputs were never read: stream {stream.stream_id} failed before the collective"
 
 
+def _window_dropped(stream, why) -> str:
+    """Why a rank cannot take part: its communication stream failed before the
+    collective's peer access window, which then never opens."""
+    return f"its communication stream {stream.stream_id} failed before the collective: {why}"
+
+
 def _partly_read(stream) -> str:
     """A pipelined all_reduce whose stream failed after its first piece was staged."""
     return (

@@ -5,7 +5,7 @@ overlap gloo's transfer of the other pieces."""
 import torch
 
 from .consistency import _Exchange, _failed_ranks, _partly_read, _refuse_mismatch, _unread
-from .staging import _host_view, _stream_failed
+from .staging import _stream_failed
 
 
 # An all_reduce of a tensor this large is staged, reduced and copied back in
@@ -60,14 +60,15 @@ class _Pieces:
         return self.error
 
 
-def stage_pieces(tensor, direct):
+def stage_pieces(tensor, staging, direct):
     """The pieces of a pipelined all_reduce of `tensor`, each (host piece gloo
     reduces, the event after which it is on the host, [(output, host)] copied
     back once it is reduced); the staging copies are enqueued on the current
-    stream (the caller's)."""
+    stream (the caller's). `direct`: pieces of the tensor's memory, used in
+    `staging`'s window."""
     slices = _piece_slices(tensor.numel(), tensor.element_size())
     if direct:
-        view = _host_view(tensor).view(-1)
+        view = staging.view(tensor).view(-1)
         called = torch.spyre.Event()
         called.record()
         pieces = [(view[i], called, []) for i in slices]

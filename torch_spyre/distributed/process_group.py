@@ -111,7 +111,7 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         # (one small gloo all-gather per staged collective).
         self._check = os.environ.get("SPYRECCL_CHECK", "1") != "0"
         # SPYRECCL_STAGING=1 stages every spyre tensor through host memory
-        # (no direct host views of device memory).
+        # (gloo never works on device memory in place).
         self._direct = not _staging_forced()
 
     def getBackendName(self) -> str:
@@ -142,10 +142,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             comm = self._comm()
             if torch.spyre._C._card_timing():
                 _charge_collective(comm, name, outputs, self.size())
-            # Used on comm (written, or read in place by gloo): its block is handed on only
-            # after an event on comm. (The host view keeps a block read in place alive until
-            # gloo is done, but that is the progress thread's knowledge: the stream sanitizer
-            # sees the event as what orders the collective before the block's next owner.)
+            # Used on comm (written, or read in place by gloo in the window on comm): its
+            # block is handed on only after an event on comm, after the window.
             read_in_place = [t for t, write in staging.in_place if not write]
             for tensor in staging.written + read_in_place:
                 tensor.record_stream(comm)
@@ -240,8 +238,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
         A strided tensor goes to gloo in the same pieces (every rank must issue
         the same gloo operations), but it is staged and copied back whole:
         a piece of the host buffer is not a view of a strided tensor. A direct
-        one goes in the same pieces too, of a host view of its memory, each
-        ready once the caller's stream has run up to the call."""
+        one goes in the same pieces too, of its memory, all reduced inside
+        the collective's peer access window on the communication stream."""
         _check_reduce_op(opts.reduceOp, [tensor])
         problem = _overlapping(tensor)
         if problem is not None and not self._check:
@@ -251,8 +249,8 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             described = "!" + problem  # refused on every rank
         caller = torch.spyre.current_stream()
         direct = self._direct and _direct(tensor)
-        pieces = pipeline.stage_pieces(tensor, direct)
         staging = self._staging()
+        pieces = pipeline.stage_pieces(tensor, staging, direct)
         staging.staged = staging.spyre = True  # `waits_for_caller` stays False: launch waits per piece
         staging.written = [tensor]  # `back` stays empty: the pieces go back one by one
         if direct:

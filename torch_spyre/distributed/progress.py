@@ -12,14 +12,15 @@ import torch
 from torch._C._distributed_c10d import Work
 
 from .. import _C
-from .consistency import _unread
+from .consistency import _unread, _window_dropped
 from .pipeline import _Pieces
 from .staging import _stream_failed
 from .work import SpyreCCLWork
 
 class _Progress:
     """Hands a group's collectives to gloo in call order, each once its inputs
-    are on the host, without blocking the callers (one daemon thread per group).
+    are on the host or its peer access window is open, without blocking the
+    callers (one daemon thread per group).
 
     gloo matches collectives across ranks by the order they are issued, so
     while anything is queued here, collectives on CPU tensors queue behind it.
@@ -49,6 +50,14 @@ class _Progress:
         with self._lock:
             if direct and not staging.staged and self._pending == 0:
                 return launch()  # CPU tensors used as they are: gloo's own work
+            if staging.window is not None:
+                # On comm after the caller's stream up to the call, queued under
+                # the lock: windows open in the order the progress thread issues
+                # them (one queued out of order would wait for a later one's gloo).
+                if not _stream_failed(comm_stream):
+                    comm_stream.wait_event(called)
+                staging.window.enqueue(comm_stream.stream_id, comm_stream.device_index,
+                                       f"spyreccl:{name}")
             work = SpyreCCLWork(name, staging, outputs, comm_stream, called, self._timeout)
             ready = called if staging.waits_for_caller else None
             self._pending += 1
@@ -108,6 +117,12 @@ def _progress_loop(progress: _Progress) -> None:
                     error = RuntimeError(f"spyreccl: {work._name}: {why}")
         except BaseException as e:  # noqa: B036 (handed to the waiters)
             error = e
+        window = work._window
+        if error is None and window is not None and not window.wait_open():
+            # gloo would work on the device memory in place: only inside the window.
+            why = _window_dropped(work._comm_stream, window.why())
+            error = RuntimeError(f"spyreccl: {work._name}: {why}")
+        window = None
         # Not under the lock: the exchange (and a pipelined all_reduce's
         # staging waits) wait for peers, and callers need the lock to queue.
         # This collective still counts in `_pending` meanwhile, so a caller

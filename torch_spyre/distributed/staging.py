@@ -1,7 +1,7 @@
-"""What gloo uses in place of a spyre collective's tensors: a host view of
-the device memory ("direct") or a pinned host twin filled and copied back in
-stream order ("staged"); the checks that decide which (docs/distributed.md,
-"Streams")."""
+"""What gloo uses in place of a spyre collective's tensors: the device memory
+itself, inside a peer access window on the group's communication stream
+("direct"), or a pinned host twin filled and copied back in stream order
+("staged"); the checks that decide which (docs/distributed.md, "Streams")."""
 
 import os
 
@@ -48,22 +48,17 @@ def _staging_forced() -> bool:
 
 
 def _direct(tensor) -> bool:
-    """gloo may work on the tensor's device memory in place (a host view of
-    it): it must be dense and contiguous, as gloo's own tensors are."""
+    """gloo may work on the tensor's device memory in place (in a peer access
+    window): it must be dense and contiguous, as gloo's own tensors are."""
     return tensor.is_contiguous() and not (tensor.is_conj() or tensor.is_neg())
 
 
-def _host_view(tensor):
-    """A CPU tensor over a spyre tensor's memory; it keeps the memory alive."""
-    return torch.spyre._C._host_view(tensor)
-
-
 class _Staging:
-    """What gloo uses in place of one collective's tensors (host views of
-    device memory, or host twins), and the copies back."""
+    """What gloo uses in place of one collective's tensors (views of device
+    memory used in the collective's window, or host twins), and the copies back."""
 
     def __init__(self, direct=True):
-        self.direct = direct  # host views allowed (SPYRECCL_STAGING unset)
+        self.direct = direct  # in place allowed (SPYRECCL_STAGING unset)
         self.staged = False  # any view or twin: the work is a SpyreCCLWork
         self.spyre = False  # any spyre tensor
         # The collective must wait for the caller's stream: a staging copy was
@@ -75,6 +70,15 @@ class _Staging:
         # (tensor, written) that gloo reads, and writes if `written`, in place on the
         # device: the stream sanitizer sees them as the collective's accesses.
         self.in_place = []
+        # The peer access window gloo works in on those (None: none in place).
+        self.window = None
+
+    def view(self, tensor):
+        """What gloo uses in place of `tensor` in the collective's window: a CPU
+        tensor over the executors' view of its memory, keeping it alive."""
+        if self.window is None:
+            self.window = torch.spyre._C._PeerAccessWindow()
+        return self.window.view(tensor)
 
     def __call__(self, tensor, *, read=True, write=True, private=False, scratch=False):
         """The tensor gloo should use in place of `tensor`.
@@ -98,7 +102,7 @@ class _Staging:
             if write:
                 self.written.append(tensor)
             self.in_place.append((tensor, write))
-            return _host_view(tensor)
+            return self.view(tensor)
         # Contiguous whatever the tensor's strides (the copies convert), pinned
         # (so the copies are only enqueued) and allocated per call: gloo
         # writes into it from its own threads.

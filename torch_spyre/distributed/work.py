@@ -41,6 +41,7 @@ class SpyreCCLWork(Work):
         super().__init__()
         self._name = name
         self._staging = staging
+        self._window = staging.window  # gloo works in place inside it (None: staged)
         self._outputs = outputs
         self._comm_stream = comm_stream  # None: no spyre tensor
         self._called = called  # recorded on the caller's stream after the staging copies
@@ -64,6 +65,8 @@ class SpyreCCLWork(Work):
     # Called once, by the progress thread (the collective could not start) or
     # the completion thread (gloo finished or failed).
     def _complete(self, error) -> None:
+        if self._window is not None:
+            self._window.close()  # gloo is done (or never started): comm goes on
         if error is None and self._comm_stream is None:
             _copy_pairs(self._staging.back)  # CPU twins only (PREMUL_SUM): plain copies
         elif error is None:

@@ -23,7 +23,9 @@ RuntimeStream::Impl::Impl(RuntimeContext::Impl* context_impl, uint64_t stream_id
                           RuntimeStreamPriority stream_priority)
     : context(context_impl), id(stream_id), priority(stream_priority) {}
 
-void RuntimeStream::Impl::enqueue(Op&& op) {
+void RuntimeStream::Impl::enqueue(Op&& op) { enqueue(&op, 1); }
+
+void RuntimeStream::Impl::enqueue(Op* ops, size_t count) {
   const int64_t launch_start_ns = detail::trace::enabled() ? detail::nowNs() : 0;
   detail::checkNotForkedChild();
   std::unique_lock<std::mutex> lock(mutex);
@@ -31,10 +33,12 @@ void RuntimeStream::Impl::enqueue(Op&& op) {
   if (failed.load(std::memory_order_relaxed)) {
     throw Error("Cannot schedule operation on stream in error state: " + error_message);
   }
-  if (launch_start_ns != 0) detail::trace::stampLaunch(op, launch_start_ns);
-  if (context->card_clock) context->card_clock->schedule(id, op);
-  queue.push_back(std::move(op));
-  launched.store(launched.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  for (size_t i = 0; i < count; ++i) {
+    if (launch_start_ns != 0) detail::trace::stampLaunch(ops[i], launch_start_ns);
+    if (context->card_clock) context->card_clock->schedule(id, ops[i]);
+    queue.push_back(std::move(ops[i]));
+  }
+  launched.store(launched.load(std::memory_order_relaxed) + count, std::memory_order_release);
   if (state != State::Idle) return;  // an engine or the ready queue already has it
   state = State::Ready;
   lock.unlock();

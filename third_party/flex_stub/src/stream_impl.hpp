@@ -24,6 +24,9 @@ struct RuntimeStream::Impl {
   // Queues `op` and readies the stream if it was idle. Throws when the stream
   // has failed, the runtime is shut down, or this is a forked child.
   void enqueue(detail::Op&& op);
+  // The same for `count` operations queued together: no other launch falls
+  // between them.
+  void enqueue(detail::Op* ops, size_t count);
 
   // Counts `count` front operations as done and wakes synchronize() callers
   // whose target is reached; returns true if it woke any.

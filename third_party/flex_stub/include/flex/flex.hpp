@@ -298,6 +298,42 @@ class RuntimeGraph {
   std::shared_ptr<const Nodes> nodes_;
 };
 
+// ---------------------------------------------------------------- peer access
+// A stream operation during which a DMA peer outside the device reads and
+// writes device memory: the collective transport (on a card, a NIC's or another
+// card's DMA engine; in the stub, the threads of the host library that moves a
+// collective's bytes). The window opens when its stream reaches it and holds
+// the stream there (parked: no engine is held) until the peer closes it, so the
+// peer's accesses are ordered with the stream's other work like any operation's.
+// The peer reaches the bytes through executorAddress(), and only between
+// waitOpen() returning true and close().
+class PeerAccessWindow {
+ public:
+  PeerAccessWindow();
+  // Closes the window: a stream never stays parked on a window nobody holds.
+  ~PeerAccessWindow();
+  PeerAccessWindow(const PeerAccessWindow&) = delete;
+  PeerAccessWindow& operator=(const PeerAccessWindow&) = delete;
+
+  // Queue the window on `stream` (once; `name` labels it in traces). Throws as
+  // a launch does (a stream in the error state, a second call).
+  void enqueueOn(RuntimeStream* stream, const std::string& name);
+  // Block the host until the stream reaches the window. True: it is open, the
+  // peer may access device memory until close(). False: it never opens (the
+  // stream failed before reaching it, or the runtime shut down); the stream's
+  // errorMessage() says why.
+  bool waitOpen() const;
+  // Reached and not yet closed (does not block).
+  bool isOpen() const;
+  // Let the stream go on. Harmless when not open yet (the window then passes
+  // at once) or already closed.
+  void close();
+
+  struct State;  // implementation detail
+ private:
+  std::shared_ptr<State> state_;
+};
+
 // ---------------------------------------------------------------- context
 class RuntimeContext {
  public:
