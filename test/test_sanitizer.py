@@ -395,6 +395,32 @@ def test_a_synchronous_op_writing_in_place_what_another_stream_reads_is_reported
     assert x.cpu().tolist() == [3.0] * N
 
 
+def test_batch_norms_undeclared_running_stat_writes_are_seen(on):
+    # native_batch_norm's schema declares no write, but in training its kernel
+    # updates running_mean and running_var: a read of them on another stream
+    # races with it. In evaluation it only reads them: no race.
+    x = ready(1.0, n=32).view(8, 4)
+    mean, var = ready(0.0, n=4), ready(1.0, n=4)
+    s = torch.spyre.Stream()
+    with s:
+        torch.nn.functional.batch_norm(x, mean, var, training=False)
+    mean + 1  # reads on two streams
+    s.wait_stream(torch.spyre.default_stream())  # the next write comes after that read
+    with s:
+        torch.nn.functional.batch_norm(x, mean, var, training=True, momentum=0.5)
+    with pytest.raises(UnsynchronizedAccessError) as error:
+        mean + 1
+    assert lines(error)[:4] == [
+        "spyre sanitizer: unsynchronized access (read-after-write)",
+        *both_accesses("aten::add.Tensor reads", "aten::native_batch_norm writes", s,
+                       what="tensor float32[4]"),
+        span(mean),
+    ]
+    wait_stream(s)
+    assert mean.cpu().tolist() == [0.5] * 4  # 0.5 * 0 + 0.5 * 1
+    assert var.cpu().tolist() == [0.5] * 4  # 0.5 * 1 + 0.5 * 0 (unbiased variance 0)
+
+
 def test_warn_mode_prints_the_report_and_goes_on(capfd):
     x = ready()
     s = torch.spyre.Stream()

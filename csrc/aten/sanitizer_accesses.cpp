@@ -5,6 +5,8 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "aten/argument_writes.h"
+
 namespace spyre::sanitizer {
 namespace {
 
@@ -47,8 +49,7 @@ std::vector<Access> opAccesses(const c10::FunctionSchema& schema, const torch::j
   std::vector<Access> out;
   const auto& params = schema.arguments();
   for (size_t i = 0; i < args.size() && i < params.size(); ++i) {
-    const c10::AliasInfo* info = params[i].alias_info();
-    addValue(out, args[i], info != nullptr && info->isWrite());
+    addValue(out, args[i], writesInPlace(schema, args, i));
   }
   for (const c10::IValue& v : new_outputs) addValue(out, v, true);
   return out;

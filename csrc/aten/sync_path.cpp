@@ -10,6 +10,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
+#include "aten/argument_writes.h"
 #include "aten/launch.h"
 #include "aten/op_arguments.h"
 #include "aten/plan.h"
@@ -162,15 +163,11 @@ at::Tensor spyreResult(const c10::Argument& ret, int arg, const at::Tensor& resu
   return spyreCopyOf(result, stream);
 }
 
-// Whether the op writes argument `i` in place. The schema says so, except for
-// native_batch_norm, whose CPU kernel updates running_mean and running_var
-// (arguments 3 and 4) without the schema declaring the write.
-bool writesArgument(const c10::FunctionSchema& schema, size_t i) {
-  const c10::Argument& argument = schema.arguments()[i];
-  if (argument.is_out()) return false;  // a fresh host tensor: returned, not copied back
-  const c10::AliasInfo* alias = argument.alias_info();
-  if (alias != nullptr) return alias->isWrite();
-  return (i == 3 || i == 4) && schema.name() == "aten::native_batch_norm";
+// Whether the op writes argument `i` in place, to be copied back
+// (aten/argument_writes.h).
+bool writesArgument(const c10::FunctionSchema& schema, const Stack& args, size_t i) {
+  if (schema.arguments()[i].is_out()) return false;  // a fresh host tensor: returned, not copied back
+  return writesInPlace(schema, args, i);
 }
 
 }  // namespace
@@ -203,7 +200,7 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
   // kernel's results replace them on the stack.
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (host copy, spyre tensor)
   for (size_t i = 0; i < args.size(); ++i) {
-    if (!writesArgument(schema, i)) continue;
+    if (!writesArgument(schema, args, i)) continue;
     if (args[i].isTensor() && isSpyre(args[i].toTensor())) {
       written.emplace_back(host[i].toTensor(), args[i].toTensor());
     } else if (args[i].isTensorList()) {
