@@ -92,6 +92,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
   work->out_variant = plan->out_variant;
   work->copy_results = plan->copy_results;
   work->num_threads = at::get_num_threads();
+  work->contracts = plan->contracts;
   c10::SmallVector<c10::IValue, 2> returns;
   size_t bytes = 0;
   for (const OutputSpec& spec : plan->outputs) {

@@ -19,6 +19,7 @@
 #include "aten/op_arguments.h"
 #include "aten/plan_key.h"
 #include "aten/work.h"
+#include "aten/work_cost.h"
 #include "device/allocator.h"
 #include "device/card_rules.h"
 
@@ -281,6 +282,7 @@ std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args
     }
   }
   plan->functional_op = op;
+  plan->contracts = contracts(schema);
   plan->dtypes = dtypeSignature(args);
   for (const OutputSpec& spec : plan->outputs) {
     for (const Layout& l : spec.layouts) plan->dtypes += "|o" + std::string(c10::toString(l.dtype));

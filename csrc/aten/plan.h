@@ -47,6 +47,7 @@ struct Plan {
   bool out_variant = false;   // cpu_op is the out= variant: outputs appended
   bool copy_results = false;  // cpu_op is functional: results copied into outputs
   bool computes = true;       // false for pure views (nothing to launch)
+  bool contracts = false;     // a matmul-class or convolution op (work_cost.h)
   std::vector<OutputSpec> outputs;
   std::vector<std::pair<int, Layout>> resizes;  // out= arguments the meta kernel resized
   std::optional<c10::OperatorHandle> functional_op;  // the op itself

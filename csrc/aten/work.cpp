@@ -1,9 +1,12 @@
 #include "aten/work.h"
 
+#include <algorithm>
+
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/accumulate.h>
 
 #include "aten/engine_team.h"
 #include "aten/launch.h"
@@ -14,7 +17,7 @@
 
 namespace spyre {
 
-CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side)
+CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side, bool may_fork)
     : exclude_(c10::autograd_dispatch_keyset_with_ADInplaceOrView | c10::python_ks) {
   // An engine thread takes the caller's intra-op thread count
   // (torch.set_num_threads is per calling thread).
@@ -22,7 +25,7 @@ CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side)
     omp_set_num_threads(num_threads);
   }
   if (side == KernelSide::Engine) {
-    placeEngineTeam();
+    placeEngineTeam(may_fork);
     // Record functions stay off on an engine thread, for good: profiler
     // callbacks may be Python, which an engine never runs. (Turning them off
     // and on again around each op rebuilt the thread's callback cache twice:
@@ -147,8 +150,25 @@ void Work::copyResult(const TensorRef& out, const at::Tensor& result, const at::
   alias.copy_(result);
 }
 
+bool Work::mayForkTeam() const {
+  int64_t largest = 0;
+  auto add = [&](const TensorRef& ref) {
+    largest = std::max(largest, c10::multiply_integers(ref.sizes));
+  };
+  for (const Slot& slot : slots) {
+    for (const auto& ref : slot.refs) {
+      if (ref) add(*ref);
+    }
+  }
+  for (const auto& refs : outputs) {
+    for (const TensorRef& ref : refs) add(ref);
+  }
+  return spyre::mayForkTeam(largest, contracts);
+}
+
 void Work::run() {
-  CpuKernelScope scope(num_threads, on_engine ? KernelSide::Engine : KernelSide::Host);
+  CpuKernelScope scope(num_threads, on_engine ? KernelSide::Engine : KernelSide::Host,
+                       on_engine && mayForkTeam());
   at::DisableRecordFunctionGuard no_profiling;  // profiler callbacks may be Python
   // On an engine nobody hears a warning: the host repeats those of the
   // first (scratch) run at every call instead.

@@ -58,6 +58,7 @@ struct Work {
   c10::SmallVector<bool, 2> output_is_list;
   int num_threads;
   bool on_engine = false;
+  bool contracts = false;  // a matmul-class or convolution kernel (Plan::contracts)
   // Captured into a graph (prepareReplay()): run() calls the kernel on a copy
   // of the stack made at capture, CPU aliases included, once per replay. The
   // graph's memory never moves, so the aliases stay valid.
@@ -86,6 +87,9 @@ struct Work {
   void copyResult(const TensorRef& out, const at::Tensor& result);
   // The same into `alias`, out's CPU alias made earlier.
   void copyResult(const TensorRef& out, const at::Tensor& result, const at::Tensor& alias);
+
+  // Whether the kernel may fork the engine's OpenMP team (engine_team.h).
+  bool mayForkTeam() const;
 
   // Runs the CPU kernel over CPU aliases of the refs (on an engine when
   // on_engine). The arguments are moved out (run once) unless replayable.
