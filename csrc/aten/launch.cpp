@@ -204,7 +204,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         return;
       }
       plan->verified = true;
-      verifiedSignatures().add(plan->signature);
+      verifiedSignatures().add(*plan->signature);
     } else {
       work->on_engine = true;
       // A captured op runs once per replay, on a stack built now.

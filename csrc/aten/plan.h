@@ -51,8 +51,10 @@ struct Plan {
   std::vector<OutputSpec> outputs;
   std::vector<std::pair<int, Layout>> resizes;  // out= arguments the meta kernel resized
   std::optional<c10::OperatorHandle> functional_op;  // the op itself
-  std::string dtypes;                                // its tensors' dtypes
-  std::string signature;                             // cpu_op and dtypes (verified once)
+  // Shared with the plans made from this one for other shapes (templatePlan):
+  // a new shape copies pointers, not strings.
+  std::shared_ptr<const std::string> dtypes;     // its tensors' dtypes
+  std::shared_ptr<const std::string> signature;  // cpu_op and dtypes (verified once)
   bool verified = false;
   std::vector<c10::Warning> warnings;  // what the meta kernel warned: CPU warns on every call
 };

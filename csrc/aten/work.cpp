@@ -250,7 +250,7 @@ Verified verifyPlan(Plan& plan, Work& work) {
   // Not the user's work: profiles (Kineto, legacy) show only the real call.
   const at::DisableRecordFunctionGuard unrecorded;
   std::vector<c10::Warning> warnings;
-  if (!verifiedSignatures().contains(plan.signature)) {
+  if (!verifiedSignatures().contains(*plan.signature)) {
     if (plan.out_variant) {
       // An out= kernel converts (or resizes) into outputs that are not what
       // it would return: compare the functional op's results first.
@@ -269,9 +269,10 @@ Verified verifyPlan(Plan& plan, Work& work) {
       plan.copy_results = work.copy_results = true;
       plan.cpu_op = plan.functional_op;
       work.cpu_op = *plan.functional_op;
-      plan.signature = c10::toString(plan.cpu_op->operator_name()) + plan.dtypes;
+      plan.signature = std::make_shared<const std::string>(
+          c10::toString(plan.cpu_op->operator_name()) + *plan.dtypes);
       warnings.clear();
-      if (!verifiedSignatures().contains(plan.signature)) {
+      if (!verifiedSignatures().contains(*plan.signature)) {
         result = work.runOnScratch(warnings);
         if (result == Scratch::Mismatch) return Verified::Synchronous;
         if (result != Scratch::Ok) return Verified::No;
@@ -283,7 +284,7 @@ Verified verifyPlan(Plan& plan, Work& work) {
     plan.warnings.push_back(std::move(warning));
   }
   plan.verified = true;
-  verifiedSignatures().add(plan.signature);
+  verifiedSignatures().add(*plan.signature);
   return Verified::Yes;
 }
 
