@@ -6,6 +6,7 @@
 
 #include "aten/autograd_exit.h"
 #include "aten/plan.h"
+#include "device/allocator.h"
 #include "device/card_rules.h"
 #include "python/bindings.h"
 #include "runtime/error.h"
@@ -140,6 +141,8 @@ void bindDeviceProperties(py::module_& m) {
     out["from_template"] = counts.from_template;
     return out;
   }, "How the calling thread's launch plans were made (tests).");
+  m.def("_block_objects_made", &blockObjectsMade,
+        "Block objects the caching allocator has allocated (tests).");
   m.def("_card_rules", &cardRules);
   m.def("_get_downcast_warning", &downcastWarning);
   m.def("_set_downcast_warning", &setDowncastWarning);
