@@ -1,6 +1,7 @@
 #include "aten/work.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -218,7 +219,38 @@ void Work::run() {
     }
   }
   stack.clear();  // results die now, not at the next node
+  // The arguments' buffer goes back to the work, freed with it (by the host).
+  if (!replayable) args = std::move(owned);
 }
+
+namespace {
+std::atomic<Work*> g_retired{nullptr};
+std::atomic<int64_t> g_retired_count{0};
+}  // namespace
+
+void retireToHost(std::shared_ptr<Work>&& work) {
+  Work* raw = work.get();
+  raw->retired_self = std::move(work);
+  g_retired_count.fetch_add(1, std::memory_order_relaxed);
+  Work* head = g_retired.load(std::memory_order_relaxed);
+  do {
+    raw->next_retired = head;
+  } while (!g_retired.compare_exchange_weak(head, raw, std::memory_order_release,
+                                            std::memory_order_relaxed));
+}
+
+void freeRetiredWork() {
+  if (g_retired.load(std::memory_order_relaxed) == nullptr) return;
+  Work* work = g_retired.exchange(nullptr, std::memory_order_acquire);
+  while (work != nullptr) {
+    Work* next = work->next_retired;
+    const std::shared_ptr<Work> last = std::move(work->retired_self);  // freed here
+    g_retired_count.fetch_sub(1, std::memory_order_relaxed);
+    work = next;
+  }
+}
+
+int64_t retiredWorkCount() { return g_retired_count.load(std::memory_order_relaxed); }
 
 void addSlot(Work& work, int index, const c10::IValue& v) {
   Work::Slot& slot = work.slots.emplace_back();
