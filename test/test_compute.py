@@ -17,6 +17,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_spyre
 from torch_spyre.testing import Gate, completed_ops, launched_ops
 
 from conftest import run_python
@@ -137,6 +138,30 @@ def test_host_runs_ahead_of_queued_compute():
         assert pending(s) == 101  # the gate and 100 kernels, all queued
     s.synchronize()
     assert y.cpu().tolist() == [100.0] * 16
+
+
+def test_work_that_ran_on_an_engine_is_freed_by_the_host_at_its_next_launch():
+    # The host allocated it: freeing it there keeps the engine out of the
+    # host's malloc arena. Gated, so what has run at each step is known.
+    retired = torch_spyre._C._retired_work
+    s = torch.spyre.Stream()
+    with s:
+        y = torch.zeros(16, device=SPYRE)
+        y + 1
+    torch.spyre.synchronize()  # nothing runs anywhere but what follows
+    with Gate() as gate, s:
+        gate.block()
+        for _ in range(5):
+            y = y + 1  # the first launch frees what ran before
+        assert retired() == 0
+    s.synchronize()
+    assert retired() == 5  # all ran; none freed yet
+    with Gate() as gate, s:
+        gate.block()
+        y = y + 1
+        assert retired() == 0
+    s.synchronize()
+    assert y.cpu().tolist() == [6.0] * 16
 
 
 @pytest.mark.parametrize("record", [False, True], ids=["automatic", "record_stream"])

@@ -94,6 +94,50 @@ def test_by_default_a_one_thread_team_is_left_to_the_scheduler():
     assert pinned(report(body, env={"LOCAL_RANK": "1"})) == []
 
 
+# Placing a team is a parallel region of its own, whose worker then spins on a
+# core for milliseconds: it waits for a kernel that may fork the team anyway
+# (a tensor of at least 32768 elements, ATen's grain size, or a matmul-class or
+# convolution op).
+SMALL_OPS = """
+torch.set_num_threads(2)
+x = torch.randn(100, 11).to("spyre")
+for _ in range(10):
+    [x + 1, x * x, torch.relu(x), x.sum(dim=0), torch.exp(x), x.mean()]
+big = torch.ones(32767).to("spyre")
+big + 1  # one element short of a loop ATen splits
+torch.spyre.synchronize()
+print("small", len(os.listdir("/proc/self/task")), pinned(affinities()))
+"""
+
+
+def pinned_in(line):
+    return json.loads(line.split(" ", 2)[2])
+
+
+@pytest.mark.parametrize("env", [{}, PIN])
+def test_small_kernels_leave_the_team_unplaced(env):
+    body = "def pinned(t): return sorted(c[0] for c in t['others'] if len(c) == 1)\n" + SMALL_OPS
+    placed = run_python(REPORT + body, env=env).stdout.split()
+    assert placed[0] == "small" and placed[2:] == ["[]"]
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        "big = torch.ones(32768).to('spyre')\nbig + 1",
+        "m = torch.randn(16, 16).to('spyre')\nm @ m",
+        "m = torch.randn(16, 16).to('spyre')\ntorch.addmm(m, m, m)",
+    ],
+    ids=["32768_elements", "small_matmul", "small_addmm"],
+)
+@pytest.mark.parametrize("env", [{}, PIN])
+def test_the_first_kernel_that_may_fork_the_team_places_it(kernel, env):
+    body = ("def pinned(t): return sorted(c[0] for c in t['others'] if len(c) == 1)\n" + SMALL_OPS
+            + kernel + "\ntorch.spyre.synchronize()\n")
+    threads = report(body, env=env)
+    assert pinned(threads) == [CORES[0], CORES[1]]
+
+
 @pytest.mark.parametrize(
     "env",
     [

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 import torch
+import torch_spyre
 from torch_spyre.testing import Gate
 
 from conftest import run_python
@@ -146,6 +147,26 @@ def test_small_pool_splits_best_fit_and_coalesces():
     )
     torch.accelerator.empty_cache()
     expect_stats(segment__all__current=0, reserved_bytes__all__current=0, num_device_free=1)
+
+
+def test_splits_reuse_the_block_objects_merges_gave_back():
+    # A loop over new sizes splits a block off a segment's free tail and merges
+    # it back at every step: after the first, no block object is allocated.
+    made = torch_spyre._C._block_objects_made
+    a = floats(KiB)
+    b = floats(KiB)
+    del b  # merged into the free tail behind a: its object is kept
+    start = made()
+    for n in range(1, 50):
+        t = floats(512 * n)
+        assert t.data_ptr() == a.data_ptr() + KiB
+        del t
+    assert made() == start
+    expect_stats(
+        allocation__all__current=1,
+        inactive_split__all__current=1,
+        inactive_split_bytes__all__current=SMALL_SEGMENT - KiB,
+    )
 
 
 def test_large_pool_splits_only_a_rest_above_1_mib():

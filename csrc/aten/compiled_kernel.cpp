@@ -57,7 +57,7 @@ void CompiledKernel::launch(const SpyreStream& stream, Arguments args) const {
   // dlclose), so queued work may outlive this object.
   stream.launchCompute(
       [entry = entry_, args = std::move(args)]() mutable {
-        placeEngineTeam();
+        placeEngineTeam(/*may_fork=*/true);  // inductor's kernels fork by their own rules
         for (auto& [index, value] : args.scalars) {
           args.slots[index] = reinterpret_cast<uintptr_t>(value.data());
         }

@@ -10,7 +10,11 @@
 // pinned teams ran 1.6x to 2.6x slower than unpinned ones), so by default a
 // team is pinned only while its threads get their cores: each engine watches
 // how long its team's threads waited for a CPU (the kernel's schedstat), and
-// hands a contended team back to the scheduler, trying again later.
+// hands a contended team back to the scheduler, trying again later. Placing a
+// team is a parallel region of its own, after which its workers spin on a core
+// for milliseconds (libgomp's active wait): a team is placed at the first
+// kernel that may fork it, never for kernels too small to (a loop of small
+// ops would share its cores with a spinning worker it never needed).
 #include "aten/engine_team.h"
 
 #include <fcntl.h>
@@ -27,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/TensorIterator.h>
 #include <c10/util/Exception.h>
 
 #include "aten/openmp.h"
@@ -114,9 +119,11 @@ class Team {
   ~Team() { closeStats(); }
 
   // Before each kernel: (re)place a team of `threads` and, while placement
-  // is conditional, check whether it should change.
-  void beforeKernel(int threads) {
+  // is conditional, check whether it should change. Pinning a team of two or
+  // more forks it, so it waits for a kernel that `may_fork` the team anyway.
+  void beforeKernel(int threads, bool may_fork) {
     if (threads != size_) {
+      if (threads > 1 && !may_fork) return;
       size_ = threads;
       backoff_ = kFirstBackoff;
       // One-thread teams (torchrun's ranks) wake no worker: only an explicit
@@ -132,7 +139,7 @@ class Team {
     const Clock::time_point now = Clock::now();
     if (now < next_check_) return;
     if (!pinned_) {
-      pin(now);
+      if (may_fork) pin(now);
       return;
     }
     const int64_t waited = teamWait();
@@ -247,9 +254,13 @@ void checkEngineTeamSetting() {
   TORCH_CHECK_VALUE(parsed.error.empty(), parsed.error);
 }
 
-void placeEngineTeam() {
+bool mayForkTeam(int64_t largest_numel, bool contracts) {
+  return contracts || largest_numel >= at::internal::GRAIN_SIZE;
+}
+
+void placeEngineTeam(bool may_fork) {
   if (cores().empty()) return;
-  team.beforeKernel(omp_get_max_threads());  // the team the kernel will fork
+  team.beforeKernel(omp_get_max_threads(), may_fork);  // the team the kernel may fork
 }
 
 }  // namespace spyre

@@ -18,6 +18,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "aten/engine_team.h"
 #include "aten/launch.h"
 #include "aten/sanitizer_accesses.h"
 #include "aten/sanitizer_host.h"
@@ -204,8 +205,8 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
               .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
         },
         [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive),
-         narrow] {
-          const CpuKernelScope scope(0, KernelSide::Engine);
+         narrow, may_fork = mayForkTeam(dst.numel(), false)] {
+          const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
           if (narrow) {
             // As CPU converts to int64, then int64 -> int32 -> int64: the low
             // 32 bits, sign-extended (CPU's int32 conversion is that C cast).
@@ -377,8 +378,8 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
           const CpuKernelScope scope(0);
           at::empty({1}, at::TensorOptions().dtype(self.scalar_type())).fill_(value);
         },
-        [ref = TensorRef::of(self), value] {
-          const CpuKernelScope scope(0, KernelSide::Engine);
+        [ref = TensorRef::of(self), value, may_fork = mayForkTeam(self.numel(), false)] {
+          const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
           ref.cpuAlias().fill_(value);
         },
         "fill", nbytes);

@@ -51,6 +51,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
   // The op's one device check: what follows uses the checked index.
   const c10::DeviceIndex device = checkDevices(op, stack, first);
   checkEngineTeamSetting();
+  freeRetiredWork();
   // The arguments, moved off the stack (the returns take their place). The
   // synchronous path takes them from the stack: they are put back first.
   Stack args(std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
@@ -92,6 +93,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
   work->out_variant = plan->out_variant;
   work->copy_results = plan->copy_results;
   work->num_threads = at::get_num_threads();
+  work->contracts = plan->contracts;
   c10::SmallVector<c10::IValue, 2> returns;
   size_t bytes = 0;
   for (const OutputSpec& spec : plan->outputs) {
@@ -203,20 +205,23 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         return;
       }
       plan->verified = true;
-      verifiedSignatures().add(plan->signature);
+      verifiedSignatures().add(*plan->signature);
     } else {
       work->on_engine = true;
       // A captured op runs once per replay, on a stack built now.
       if (C10_UNLIKELY(capture::anyCapture()) && capture::isCapturing(stream.id())) {
         work->prepareReplay();
       }
-      // The closure is moved into the runtime, never copied.
+      // The closure is moved into the runtime, never copied. A replayable
+      // work runs again at every replay; any other goes back to the host.
+      auto run = [work = std::move(work)]() mutable {
+        work->run();
+        if (!work->replayable) retireToHost(std::move(work));
+      };
       if (C10_UNLIKELY(cost.has_value())) {
-        launchComputeWithCost(stream, [work = std::move(work)] { work->run(); }, name, bytes,
-                              *cost);
+        launchComputeWithCost(stream, std::move(run), name, bytes, *cost);
       } else {
-        stream.launchComputeSkippingDeviceCheck([work = std::move(work)] { work->run(); }, name,
-                                            bytes);
+        stream.launchComputeSkippingDeviceCheck(std::move(run), name, bytes);
       }
     }
   }

@@ -62,10 +62,13 @@ void registerFunctionalForms();
 enum class KernelSide { Host, Engine };
 
 // Dispatch state for CPU kernels run on behalf of spyre: below autograd,
-// without Python modes, honouring the caller's intra-op thread count.
+// without Python modes, honouring the caller's intra-op thread count. On an
+// engine, `may_fork` says whether the kernel may fork the engine's team
+// (engine_team.h, mayForkTeam()).
 class CpuKernelScope {
  public:
-  explicit CpuKernelScope(int num_threads, KernelSide side = KernelSide::Host);
+  explicit CpuKernelScope(int num_threads, KernelSide side = KernelSide::Host,
+                          bool may_fork = true);
   ~CpuKernelScope();
 
  private:

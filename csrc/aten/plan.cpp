@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include <ATen/record_function.h>
 #include <ATen/EmptyTensor.h>
@@ -19,6 +20,7 @@
 #include "aten/op_arguments.h"
 #include "aten/plan_key.h"
 #include "aten/work.h"
+#include "aten/work_cost.h"
 #include "device/allocator.h"
 #include "device/card_rules.h"
 
@@ -281,12 +283,15 @@ std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args
     }
   }
   plan->functional_op = op;
-  plan->dtypes = dtypeSignature(args);
+  plan->contracts = contracts(schema);
+  std::string dtypes = dtypeSignature(args);
   for (const OutputSpec& spec : plan->outputs) {
-    for (const Layout& l : spec.layouts) plan->dtypes += "|o" + std::string(c10::toString(l.dtype));
+    for (const Layout& l : spec.layouts) dtypes += "|o" + std::string(c10::toString(l.dtype));
   }
-  plan->signature = c10::toString(plan->cpu_op->operator_name()) + plan->dtypes;
-  plan->verified = verifiedSignatures().contains(plan->signature);
+  plan->signature =
+      std::make_shared<const std::string>(c10::toString(plan->cpu_op->operator_name()) + dtypes);
+  plan->dtypes = std::make_shared<const std::string>(std::move(dtypes));
+  plan->verified = verifiedSignatures().contains(*plan->signature);
   plan->synchronous = false;
   return plan;
 }
@@ -315,9 +320,10 @@ namespace {
 
 struct PlanCache {
   PlanCounts counts;
-  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash> plans;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash, KeyEqual> plans;
   // Plans by their shape-free key (see templatePlan).
-  std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> templates;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash, KeyEqual>
+      templates;
   // The last plan found, with its key: a loop of one call compares words
   // instead of hashing them and building a vector to look them up.
   std::vector<int64_t> last_key;
@@ -343,25 +349,27 @@ SizeRule sizeRuleOf(const c10::OperatorHandle& op) {
 }
 
 // The sizes the rule gives for arguments of `shape` (a call of rank >= 1).
-std::vector<int64_t> ruleSizes(SizeRule rule, const c10::FunctionSchema& schema, const Stack& args,
-                               c10::IntArrayRef shape) {
-  if (rule == SizeRule::Pointwise) return shape.vec();
+// Small vectors: a first pass over new shapes calls this at every op.
+c10::DimVector ruleSizes(SizeRule rule, const c10::FunctionSchema& schema, const Stack& args,
+                         c10::IntArrayRef shape) {
+  if (rule == SizeRule::Pointwise) return c10::DimVector(shape.begin(), shape.end());
   const int64_t rank = static_cast<int64_t>(shape.size());
-  std::vector<bool> reduced(shape.size(), true);  // no dim, None or []: every dimension
+  c10::SmallVector<bool, 8> reduced(shape.size(), true);  // no dim, None or []: every dimension
   if (const std::optional<int> dim = schema.argumentIndexWithName("dim")) {
     const c10::IValue& d = args[static_cast<size_t>(*dim)];
-    std::vector<int64_t> dims;
-    if (d.isInt()) dims.push_back(d.toInt());
-    if (d.isIntList()) dims = d.toIntVector();
-    if (!dims.empty()) {
-      reduced.assign(shape.size(), false);
-      for (const int64_t k : dims) reduced[c10::maybe_wrap_dim(k, rank)] = true;
+    auto reduce = [&, first = true](int64_t k) mutable {
+      if (std::exchange(first, false)) reduced.assign(shape.size(), false);
+      reduced[c10::maybe_wrap_dim(k, rank)] = true;
+    };
+    if (d.isInt()) reduce(d.toInt());
+    if (d.isIntList()) {
+      for (const int64_t k : d.toIntList()) reduce(k);
     }
   }
   const std::optional<int> keepdim = schema.argumentIndexWithName("keepdim");
   const bool keep = keepdim && args[static_cast<size_t>(*keepdim)].isBool() &&
                     args[static_cast<size_t>(*keepdim)].toBool();
-  std::vector<int64_t> sizes;
+  c10::DimVector sizes;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (!reduced[i]) {
       sizes.push_back(shape[i]);
@@ -411,16 +419,17 @@ std::shared_ptr<Plan> templatePlan(PlanCache& cache, const c10::OperatorHandle& 
   // Empty tensors and 0-dim-only calls keep their own meta run.
   fits = fits && !shape.empty() && c10::multiply_integers(shape) != 0;
   if (!fits) return buildPlan(op, args);
-  std::vector<int64_t> words = key.words().vec();
+  c10::SmallVector<int64_t, 64> words(key.words().begin(), key.words().end());
   words.push_back(static_cast<int64_t>(shape.size()));
-  if (auto it = cache.templates.find(words); it != cache.templates.end()) {
+  if (auto it = cache.templates.find(c10::ArrayRef<int64_t>(words));
+      it != cache.templates.end()) {
     --cache.counts.meta_runs;
     ++cache.counts.from_template;
     auto plan = std::make_shared<Plan>(*it->second);
-    std::vector<int64_t> sizes = ruleSizes(rule, op.schema(), args, shape);
+    const c10::DimVector sizes = ruleSizes(rule, op.schema(), args, shape);
     const c10::DimVector strides = c10::contiguous_strides(sizes);
     for (OutputSpec& spec : plan->outputs) {
-      spec.layouts[0].sizes = sizes;
+      spec.layouts[0].sizes.assign(sizes.begin(), sizes.end());
       spec.layouts[0].strides.assign(strides.begin(), strides.end());
     }
     return plan;
@@ -429,7 +438,7 @@ std::shared_ptr<Plan> templatePlan(PlanCache& cache, const c10::OperatorHandle& 
   // (A synchronous plan may be an argument error: no sizes are computed for it.)
   if (!plan->synchronous && isTemplate(*plan, ruleSizes(rule, op.schema(), args, shape))) {
     if (cache.templates.size() >= 1024) cache.templates.clear();
-    cache.templates.emplace(std::move(words), plan);
+    cache.templates.emplace(std::vector<int64_t>(words.begin(), words.end()), plan);
   }
   return plan;
 }
@@ -447,16 +456,15 @@ std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
                               c10::ArrayRef<int64_t> key) {
   PlanCache& cache = threadPlanCache();
   if (cache.last_plan && key.equals(cache.last_key)) return cache.last_plan;
-  std::vector<int64_t> words = key.vec();
   std::shared_ptr<Plan> plan;
-  if (auto it = cache.plans.find(words); it != cache.plans.end()) {
+  if (auto it = cache.plans.find(key); it != cache.plans.end()) {
     plan = it->second;
   } else {
     if (cache.plans.size() >= 4096) cache.plans.clear();  // shapes that never repeat: keep it bounded
     plan = templatePlan(cache, op, args);
-    cache.plans.emplace(words, plan);
+    cache.plans.emplace(key.vec(), plan);
   }
-  cache.last_key = std::move(words);
+  cache.last_key.assign(key.begin(), key.end());  // in place: no allocation once it has room
   cache.last_plan = plan;
   return plan;
 }

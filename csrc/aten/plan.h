@@ -15,21 +15,27 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/util/ArrayRef.h>
+#include <c10/util/DimVector.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 namespace spyre::launch {
 
 using torch::jit::Stack;
 
+// Plans keep their vectors inline (up to 5 dimensions, one output): a first
+// pass over new shapes copies a plan per shape.
 struct Layout {
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
+  c10::DimVector sizes;
+  c10::DimVector strides;
   int64_t offset = 0;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
 
   static Layout of(const at::Tensor& t) {
     if (!t.defined()) return {};  // dtype Undefined: an output the op did not compute
-    return {t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()};
+    return {c10::DimVector(t.sizes().begin(), t.sizes().end()),
+            c10::DimVector(t.strides().begin(), t.strides().end()), t.storage_offset(),
+            t.scalar_type()};
   }
   bool defined() const { return dtype != c10::ScalarType::Undefined; }
 };
@@ -38,7 +44,7 @@ struct OutputSpec {
   enum class Kind { New, Argument, View } kind = Kind::New;
   int arg = -1;       // Argument / View: the argument it is, or views
   bool list = false;  // a Tensor[] return
-  std::vector<Layout> layouts;
+  c10::SmallVector<Layout, 1> layouts;
 };
 
 struct Plan {
@@ -47,11 +53,14 @@ struct Plan {
   bool out_variant = false;   // cpu_op is the out= variant: outputs appended
   bool copy_results = false;  // cpu_op is functional: results copied into outputs
   bool computes = true;       // false for pure views (nothing to launch)
-  std::vector<OutputSpec> outputs;
+  bool contracts = false;     // a matmul-class or convolution op (work_cost.h)
+  c10::SmallVector<OutputSpec, 1> outputs;
   std::vector<std::pair<int, Layout>> resizes;  // out= arguments the meta kernel resized
   std::optional<c10::OperatorHandle> functional_op;  // the op itself
-  std::string dtypes;                                // its tensors' dtypes
-  std::string signature;                             // cpu_op and dtypes (verified once)
+  // Shared with the plans made from this one for other shapes (templatePlan):
+  // a new shape copies pointers, not strings.
+  std::shared_ptr<const std::string> dtypes;     // its tensors' dtypes
+  std::shared_ptr<const std::string> signature;  // cpu_op and dtypes (verified once)
   bool verified = false;
   std::vector<c10::Warning> warnings;  // what the meta kernel warned: CPU warns on every call
 };

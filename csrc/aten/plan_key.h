@@ -51,7 +51,10 @@ class KeyBuilder {
   c10::IntArrayRef shape_;  // the device tensors' one shape (shape-free form)
 };
 
+// Hash and equality of keys, transparent: a map keyed by std::vector is
+// searched with the words a KeyBuilder holds, without copying them.
 struct KeyHash {
+  using is_transparent = void;
   size_t operator()(c10::ArrayRef<int64_t> words) const {
     uint64_t h = 1469598103934665603ull;
     for (const int64_t w : words) {
@@ -60,6 +63,11 @@ struct KeyHash {
     }
     return static_cast<size_t>(h);
   }
+};
+
+struct KeyEqual {
+  using is_transparent = void;
+  bool operator()(c10::ArrayRef<int64_t> a, c10::ArrayRef<int64_t> b) const { return a.equals(b); }
 };
 
 }  // namespace spyre::launch

@@ -1,9 +1,13 @@
 #include "aten/work.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/accumulate.h>
 
 #include "aten/engine_team.h"
 #include "aten/launch.h"
@@ -14,7 +18,7 @@
 
 namespace spyre {
 
-CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side)
+CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side, bool may_fork)
     : exclude_(c10::autograd_dispatch_keyset_with_ADInplaceOrView | c10::python_ks) {
   // An engine thread takes the caller's intra-op thread count
   // (torch.set_num_threads is per calling thread).
@@ -22,7 +26,7 @@ CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side)
     omp_set_num_threads(num_threads);
   }
   if (side == KernelSide::Engine) {
-    placeEngineTeam();
+    placeEngineTeam(may_fork);
     // Record functions stay off on an engine thread, for good: profiler
     // callbacks may be Python, which an engine never runs. (Turning them off
     // and on again around each op rebuilt the thread's callback cache twice:
@@ -147,8 +151,25 @@ void Work::copyResult(const TensorRef& out, const at::Tensor& result, const at::
   alias.copy_(result);
 }
 
+bool Work::mayForkTeam() const {
+  int64_t largest = 0;
+  auto add = [&](const TensorRef& ref) {
+    largest = std::max(largest, c10::multiply_integers(ref.sizes));
+  };
+  for (const Slot& slot : slots) {
+    for (const auto& ref : slot.refs) {
+      if (ref) add(*ref);
+    }
+  }
+  for (const auto& refs : outputs) {
+    for (const TensorRef& ref : refs) add(ref);
+  }
+  return spyre::mayForkTeam(largest, contracts);
+}
+
 void Work::run() {
-  CpuKernelScope scope(num_threads, on_engine ? KernelSide::Engine : KernelSide::Host);
+  CpuKernelScope scope(num_threads, on_engine ? KernelSide::Engine : KernelSide::Host,
+                       on_engine && mayForkTeam());
   at::DisableRecordFunctionGuard no_profiling;  // profiler callbacks may be Python
   // On an engine nobody hears a warning: the host repeats those of the
   // first (scratch) run at every call instead.
@@ -198,7 +219,38 @@ void Work::run() {
     }
   }
   stack.clear();  // results die now, not at the next node
+  // The arguments' buffer goes back to the work, freed with it (by the host).
+  if (!replayable) args = std::move(owned);
 }
+
+namespace {
+std::atomic<Work*> g_retired{nullptr};
+std::atomic<int64_t> g_retired_count{0};
+}  // namespace
+
+void retireToHost(std::shared_ptr<Work>&& work) {
+  Work* raw = work.get();
+  raw->retired_self = std::move(work);
+  g_retired_count.fetch_add(1, std::memory_order_relaxed);
+  Work* head = g_retired.load(std::memory_order_relaxed);
+  do {
+    raw->next_retired = head;
+  } while (!g_retired.compare_exchange_weak(head, raw, std::memory_order_release,
+                                            std::memory_order_relaxed));
+}
+
+void freeRetiredWork() {
+  if (g_retired.load(std::memory_order_relaxed) == nullptr) return;
+  Work* work = g_retired.exchange(nullptr, std::memory_order_acquire);
+  while (work != nullptr) {
+    Work* next = work->next_retired;
+    const std::shared_ptr<Work> last = std::move(work->retired_self);  // freed here
+    g_retired_count.fetch_sub(1, std::memory_order_relaxed);
+    work = next;
+  }
+}
+
+int64_t retiredWorkCount() { return g_retired_count.load(std::memory_order_relaxed); }
 
 void addSlot(Work& work, int index, const c10::IValue& v) {
   Work::Slot& slot = work.slots.emplace_back();
@@ -230,7 +282,7 @@ Verified verifyPlan(Plan& plan, Work& work) {
   // Not the user's work: profiles (Kineto, legacy) show only the real call.
   const at::DisableRecordFunctionGuard unrecorded;
   std::vector<c10::Warning> warnings;
-  if (!verifiedSignatures().contains(plan.signature)) {
+  if (!verifiedSignatures().contains(*plan.signature)) {
     if (plan.out_variant) {
       // An out= kernel converts (or resizes) into outputs that are not what
       // it would return: compare the functional op's results first.
@@ -249,9 +301,10 @@ Verified verifyPlan(Plan& plan, Work& work) {
       plan.copy_results = work.copy_results = true;
       plan.cpu_op = plan.functional_op;
       work.cpu_op = *plan.functional_op;
-      plan.signature = c10::toString(plan.cpu_op->operator_name()) + plan.dtypes;
+      plan.signature = std::make_shared<const std::string>(
+          c10::toString(plan.cpu_op->operator_name()) + *plan.dtypes);
       warnings.clear();
-      if (!verifiedSignatures().contains(plan.signature)) {
+      if (!verifiedSignatures().contains(*plan.signature)) {
         result = work.runOnScratch(warnings);
         if (result == Scratch::Mismatch) return Verified::Synchronous;
         if (result != Scratch::Ok) return Verified::No;
@@ -263,7 +316,7 @@ Verified verifyPlan(Plan& plan, Work& work) {
     plan.warnings.push_back(std::move(warning));
   }
   plan.verified = true;
-  verifiedSignatures().add(plan.signature);
+  verifiedSignatures().add(*plan.signature);
   return Verified::Yes;
 }
 

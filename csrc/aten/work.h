@@ -58,6 +58,7 @@ struct Work {
   c10::SmallVector<bool, 2> output_is_list;
   int num_threads;
   bool on_engine = false;
+  bool contracts = false;  // a matmul-class or convolution kernel (Plan::contracts)
   // Captured into a graph (prepareReplay()): run() calls the kernel on a copy
   // of the stack made at capture, CPU aliases included, once per replay. The
   // graph's memory never moves, so the aliases stay valid.
@@ -68,6 +69,9 @@ struct Work {
   // meta kernel described (its size or dtype): the meta kernel and CPU's
   // disagree, so the plan cannot be launched.
   bool result_mismatch = false;
+  // While retired (retireToHost): the last reference, and the next retired work.
+  std::shared_ptr<Work> retired_self;
+  Work* next_retired = nullptr;
 
   explicit Work(const c10::OperatorHandle& op) : cpu_op(op) {}
 
@@ -87,12 +91,26 @@ struct Work {
   // The same into `alias`, out's CPU alias made earlier.
   void copyResult(const TensorRef& out, const at::Tensor& result, const at::Tensor& alias);
 
+  // Whether the kernel may fork the engine's OpenMP team (engine_team.h).
+  bool mayForkTeam() const;
+
   // Runs the CPU kernel over CPU aliases of the refs (on an engine when
   // on_engine). The arguments are moved out (run once) unless replayable.
   void run();
   // Makes this work replayable: the stack run() needs, built once.
   void prepareReplay();
 };
+
+// Work that ran on an engine is freed by the host: the host allocated it, and
+// frees on the engine took glibc's arena lock against the host's next
+// allocations (neither thread's cache of free chunks serves the other), up
+// to a futex call per op on each side. retireToHost() (engine, after run())
+// hands the last reference over without allocating; freeRetiredWork() (host,
+// at each launch) drops them.
+void retireToHost(std::shared_ptr<Work>&& work);
+void freeRetiredWork();
+// Works retired so far and not yet freed: for tests.
+int64_t retiredWorkCount();
 
 // Appends the slot of a tensor argument at `index` to `work`: its tensors as
 // TensorRefs, built in place.

@@ -32,8 +32,19 @@ std::string_view baseName(const c10::FunctionSchema& schema) {
   return name;
 }
 
-bool isOneOf(std::string_view name, std::initializer_list<std::string_view> names) {
+bool isOneOf(std::string_view name, c10::ArrayRef<std::string_view> names) {
   return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Matmul-class ops whose left operand is their first tensor, and those whose
+// left operand is their second (after the term they add).
+constexpr std::string_view kMatmuls[] = {"mm",  "bmm",    "mv",     "dot",
+                                         "vdot", "matmul", "linear", "inner"};
+constexpr std::string_view kAddMatmuls[] = {"addmm", "baddbmm", "addmv", "_addmm_activation"};
+
+bool isConvolution(std::string_view name) {
+  return name.find("conv") != std::string_view::npos &&
+         name.find("convert") == std::string_view::npos;
 }
 
 // Multiply-adds of matmul-class and convolution ops; 0 for everything else.
@@ -43,10 +54,9 @@ uint64_t macsOf(std::string_view name, const Tensors& inputs, const at::Tensor* 
   const auto numel = [](const at::Tensor* t) { return static_cast<uint64_t>(t->numel()); };
   // The output's elements times the contracted length, the left operand's last dim.
   const at::Tensor* left = nullptr;
-  if (isOneOf(name, {"mm", "bmm", "mv", "dot", "vdot", "matmul", "linear", "inner"})) {
+  if (isOneOf(name, kMatmuls)) {
     left = inputs[0];
-  } else if (isOneOf(name, {"addmm", "baddbmm", "addmv", "_addmm_activation"}) &&
-             inputs.size() >= 2) {
+  } else if (isOneOf(name, kAddMatmuls) && inputs.size() >= 2) {
     left = inputs[1];
   } else if (name == "addbmm" && inputs.size() >= 3) {
     // batch1 [B, M, K] @ batch2 [B, K, N] summed over B into [M, N].
@@ -55,8 +65,7 @@ uint64_t macsOf(std::string_view name, const Tensors& inputs, const at::Tensor* 
   if (left != nullptr) {
     return left->dim() == 0 ? 0 : numel(out) * static_cast<uint64_t>(left->size(-1));
   }
-  const bool conv = name.find("conv") != std::string_view::npos &&
-                    name.find("convert") == std::string_view::npos;
+  const bool conv = isConvolution(name);
   if (conv && inputs.size() >= 2 && inputs[1]->dim() >= 2) {
     const at::Tensor* weight = inputs[1];
     const uint64_t per_output = numel(weight) / static_cast<uint64_t>(weight->size(0));
@@ -70,6 +79,12 @@ uint64_t macsOf(std::string_view name, const Tensors& inputs, const at::Tensor* 
 }
 
 }  // namespace
+
+bool contracts(const c10::FunctionSchema& schema) {
+  const std::string_view name = baseName(schema);
+  return isOneOf(name, kMatmuls) || isOneOf(name, kAddMatmuls) || name == "addbmm" ||
+         isConvolution(name);
+}
 
 bool cardTiming() {
   static const bool on = flex::card::enabled();

@@ -10,6 +10,10 @@
 
 namespace spyre::launch {
 
+// True for matmul-class and convolution ops (those with multiply-adds in
+// their cost), whose CPU kernels split small problems across threads.
+bool contracts(const c10::FunctionSchema& schema);
+
 // True when the runtime models card time; fixed once the runtime runs.
 bool cardTiming();
 

@@ -45,6 +45,9 @@ bool allocatedInGraphPool(const c10::DataPtr& data_ptr, std::pair<uint64_t, uint
 // Memory history and snapshots of the device allocator (device/memory_history.h).
 void recordMemoryHistory(const HistorySettings& settings);
 MemorySnapshot memorySnapshot();
+// Block objects the caching allocator has allocated (tests: splits reuse the
+// objects merges give back).
+int64_t blockObjectsMade();
 
 // The at::HostAllocator registered for PrivateUse1 (pinned host memory).
 c10::Allocator* pinnedHostAllocator();

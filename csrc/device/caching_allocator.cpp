@@ -169,6 +169,7 @@ DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, PrivatePo
                                                            const Context& context) {
   std::unique_ptr<DeviceBlock> block(
       newBlock(nullptr, segment_bytes, stream, device, pool.is_small));  // before the memory
+  ++block_objects_made_;
   auto segment = std::make_unique<DeviceSegment>(DeviceSegment{block.get(), context});
   block->private_pool = owner;
   try {
@@ -197,7 +198,8 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
   // Keep the rest only when it can serve a request of the same pool.
   if (block->small ? rest >= kMinBlockSize : rest > kSmallSize) {
     DeviceBlock* remaining = block;
-    block = newBlock(remaining->ptr, size, remaining->stream, remaining->device, remaining->small);
+    block = blockObjectLocked(remaining->ptr, size, remaining->stream, remaining->device,
+                              remaining->small);
     block->private_pool = remaining->private_pool;
     block->segment = remaining->segment;
     block->prev = remaining->prev;
@@ -415,9 +417,46 @@ size_t DeviceCachingAllocator::mergeLocked(DeviceBlock* into, DeviceBlock* neigh
   }
   const size_t merged = neighbour->size;
   into->size += merged;
-  pool.blocks.erase(neighbour);
-  delete neighbour;
+  neighbour->pool_node = pool.blocks.extract(neighbour);
+  keepBlockObjectLocked(neighbour);
   return merged;
+}
+
+DeviceBlock* DeviceCachingAllocator::blockObjectLocked(char* ptr, size_t size,
+                                                       c10::StreamId stream,
+                                                       c10::DeviceIndex device, bool small) {
+  DeviceBlock* block = spare_blocks_;
+  if (block == nullptr) {
+    block = newBlock(ptr, size, stream, device, small);
+    ++block_objects_made_;
+    return block;
+  }
+  spare_blocks_ = block->next;
+  --spare_block_count_;
+  BlockSet::node_type node = std::move(block->pool_node);
+  *block = DeviceBlock{ptr, size, stream, device, small};
+  block->pool_node = std::move(node);
+  return block;
+}
+
+void DeviceCachingAllocator::keepBlockObjectLocked(DeviceBlock* block) {
+  // Bounded: what a burst of splits left behind is freed beyond this.
+  constexpr size_t kMaxSpareBlocks = 4096;
+  if (spare_block_count_ >= kMaxSpareBlocks) {
+    delete block;
+    return;
+  }
+  block->context.reset();  // what it held (a stack) goes now
+  block->stream_uses.clear();
+  block->prev = nullptr;
+  block->next = spare_blocks_;
+  spare_blocks_ = block;
+  ++spare_block_count_;
+}
+
+int64_t DeviceCachingAllocator::blockObjectsMade() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return block_objects_made_;
 }
 
 void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {

@@ -141,6 +141,8 @@ class DeviceCachingAllocator {
   void emptyCache();
 
   c10::CachingDeviceAllocator::DeviceStats stats();
+  // Block objects allocated so far (splits reuse those merges gave back): for tests.
+  int64_t blockObjectsMade();
   void resetAccumulatedStats();
   void resetPeakStats();
 
@@ -193,6 +195,13 @@ class DeviceCachingAllocator {
   // `context`: the free's, when the host asked for it now (memory history).
   void freeBlockLocked(DeviceBlock* block, const Context& context = nullptr);
   size_t mergeLocked(DeviceBlock* into, DeviceBlock* neighbour, Pool& pool);
+  // A block object for a split: one a merge gave back (with its pool node), or
+  // a new one. Splitting and merging then allocate nothing: a first pass over
+  // new shapes splits and merges a block at every op.
+  DeviceBlock* blockObjectLocked(char* ptr, size_t size, c10::StreamId stream,
+                                 c10::DeviceIndex device, bool small);
+  // Keeps a merged-away block object (its pool node extracted) for the next split.
+  void keepBlockObjectLocked(DeviceBlock* block);
   // Frees (into their pools) the blocks waiting for events, after waiting for
   // those events; then returns every free segment to the runtime. Called
   // without the lock.
@@ -216,6 +225,9 @@ class DeviceCachingAllocator {
   std::array<flex::RuntimeStream*, kMaxStreamIds> handles_{};
   c10::CachingDeviceAllocator::DeviceStats stats_;
   DeviceBlock* deferred_ = nullptr;  // see DeviceBlock::deferred
+  DeviceBlock* spare_blocks_ = nullptr;  // kept block objects, linked through `next`
+  size_t spare_block_count_ = 0;
+  int64_t block_objects_made_ = 0;
   std::map<PoolId, std::unique_ptr<PrivatePool>> private_pools_;
   DeviceSegment* segments_ = nullptr;  // every segment, most recent first
   MemoryHistory history_;

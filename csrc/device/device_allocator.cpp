@@ -159,6 +159,8 @@ void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes) {
   const_cast<c10::Storage&>(storage).set_nbytes(new_bytes);
 }
 
+int64_t blockObjectsMade() { return theBlockPools().blockObjectsMade(); }
+
 c10::Device deviceFromPtr(void* ptr) {
   flex::RuntimeContext* context = flex::RuntimeContext::get();
   TORCH_CHECK(context != nullptr && context->isDevicePtr(ptr), "pointer ", ptr,

@@ -6,6 +6,8 @@
 
 #include "aten/autograd_exit.h"
 #include "aten/plan.h"
+#include "aten/work.h"
+#include "device/allocator.h"
 #include "device/card_rules.h"
 #include "python/bindings.h"
 #include "runtime/error.h"
@@ -140,6 +142,10 @@ void bindDeviceProperties(py::module_& m) {
     out["from_template"] = counts.from_template;
     return out;
   }, "How the calling thread's launch plans were made (tests).");
+  m.def("_retired_work", &launch::retiredWorkCount,
+        "Works that ran on an engine and wait for the host to free them (tests).");
+  m.def("_block_objects_made", &blockObjectsMade,
+        "Block objects the caching allocator has allocated (tests).");
   m.def("_card_rules", &cardRules);
   m.def("_get_downcast_warning", &downcastWarning);
   m.def("_set_downcast_warning", &setDowncastWarning);
