@@ -1,5 +1,7 @@
 """The meta kernels written in csrc/aten/meta_rules.cpp, for ops whose only
-Meta kernel in torch 2.13 is a Python one (issue 30, item 3).
+Meta kernel in torch 2.13 is a Python one (issue 30, item 3), and for
+convolutions, whose composite kernel sends meta tensors to a backend that has
+no kernel (before their rules, every convolution ran at the call).
 
 Each case runs on CPU and on spyre: the results must be equal with the same
 shape, strides and dtype (the rule gives what CPU's kernel allocates). Cases
@@ -63,8 +65,31 @@ def abs_out(device, dtype):
     return out
 
 
+def conv_backward(d):
+    return torch.ops.aten.convolution_backward(
+        data(d, 2, 4, 6, 6), data(d, 2, 3, 6, 6, seed=1), data(d, 4, 3, 3, 3, seed=2), [4], [1, 1],
+        [1, 1], [1, 1], False, [0, 0], 1, [True, True, True])
+
+
 # (name, fn(device) -> tensor or tuple, queued: whether the rule infers it)
 CASES = [
+    ("conv1d.groups_stride_padding", lambda d: F.conv1d(
+        data(d, 2, 4, 9), data(d, 6, 2, 3, seed=1), data(d, 6, seed=2), stride=2, padding=1,
+        groups=2), True),
+    ("conv2d.dilation", lambda d: F.conv2d(data(d, 2, 3, 9, 9), data(d, 4, 3, 3, 3, seed=1),
+                                           dilation=2), True),
+    ("conv2d.unbatched", lambda d: F.conv2d(data(d, 3, 5, 5), data(d, 2, 3, 3, 3, seed=1),
+                                            data(d, 2, seed=2), padding=1), True),
+    ("conv2d.bfloat16", lambda d: F.conv2d(data(d, 1, 2, 6, 6, dtype=torch.bfloat16),
+                                           data(d, 3, 2, 3, 3, dtype=torch.bfloat16, seed=1)), True),
+    ("conv3d", lambda d: F.conv3d(data(d, 1, 2, 4, 5, 4), data(d, 3, 2, 2, 2, 2, seed=1),
+                                  stride=(1, 2, 1)), True),
+    ("conv_transpose2d.output_padding_groups", lambda d: F.conv_transpose2d(
+        data(d, 2, 4, 5, 5), data(d, 4, 3, 3, 3, seed=1), data(d, 6, seed=2), stride=2, padding=1,
+        output_padding=1, groups=2), True),
+    ("convolution_backward", conv_backward, True),
+    ("conv1d.complex", lambda d: F.conv1d(data(d, 1, 2, 7, dtype=torch.complex64),
+                                          data(d, 3, 2, 3, dtype=torch.complex64, seed=1)), False),
     ("where", lambda d: torch.where(data(d, 4, 5) > 0, data(d, 4, 5, seed=1), data(d, 4, 5, seed=2)), True),
     ("where.broadcast_promote", lambda d: torch.where(
         data(d, 4, 1) > 0, transposed(d, 4, 5), data(d, 5, dtype=torch.float64)), True),
@@ -169,6 +194,9 @@ ERRORS = [
     ("batch_norm.int", lambda d: torch.native_batch_norm(
         data(d, 2, 3, dtype=torch.int32), None, None, None, None, True, 0.1, 1e-5)),
     ("batch_norm.1d", lambda d: torch.native_batch_norm(data(d, 3), None, None, None, None, True, 0.1, 1e-5)),
+    ("conv2d.channels", lambda d: F.conv2d(data(d, 1, 3, 5, 5), data(d, 2, 4, 3, 3))),
+    ("conv2d.kernel_too_large", lambda d: F.conv2d(data(d, 1, 3, 2, 2), data(d, 2, 3, 3, 3))),
+    ("conv2d.groups", lambda d: F.conv2d(data(d, 1, 4, 5, 5), data(d, 3, 2, 3, 3), groups=2)),
 ]
 
 

@@ -2,6 +2,10 @@
 // allocations of the op's CPU kernel in ATen/native (named in its comment).
 #include "aten/meta_rules.h"
 
+#include <array>
+#include <optional>
+#include <vector>
+
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Operators.h>
 #include <ATen/TensorIterator.h>
@@ -238,6 +242,102 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batchNormMeta(
   return {at::empty_like(input, format), at::empty({length}, stats), at::empty({length}, stats)};
 }
 
+// Convolution (Convolution.cpp, at::convolution on CPU): spyre's fallback
+// hands it contiguous inputs and weights (fallback.cpp), for which CPU's
+// kernels give a contiguous output of the usual sizes. Only the common case is
+// inferred here: float inputs of one dtype, 1 to 3 spatial dimensions, the
+// parameters' lists of one entry or one per spatial dimension, positive output
+// sizes. The rest is left to the CPU kernel, and so is any refusal the CPU
+// kernel would make that is not checked here (a first call runs the kernel on
+// scratch data before queueing: it raises there).
+struct ConvGeometry {
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+};
+
+std::vector<int64_t> convParam(c10::SymIntArrayRef values, size_t spatial, const char* what) {
+  TORCH_CHECK(values.size() == 1 || values.size() == spatial, "convolution: this ", what,
+              " is left to the CPU kernel");
+  std::vector<int64_t> out;
+  for (size_t d = 0; d < spatial; ++d) {
+    out.push_back(values[values.size() == 1 ? 0 : d].expect_int());
+  }
+  return out;
+}
+
+ConvGeometry convGeometry(const at::Tensor& input, const at::Tensor& weight,
+                          const at::Tensor& bias, c10::SymIntArrayRef stride,
+                          c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                          c10::SymIntArrayRef output_padding, int64_t groups) {
+  const int64_t dims = weight.dim();
+  TORCH_CHECK(dims >= 3 && dims <= 5 && (input.dim() == dims || input.dim() == dims - 1) &&
+                  at::isFloatingType(input.scalar_type()) &&
+                  weight.scalar_type() == input.scalar_type() &&
+                  (!bias.defined() || bias.scalar_type() == input.scalar_type()) && groups > 0 &&
+                  input.is_contiguous() && weight.is_contiguous(),
+              "convolution: these arguments are left to the CPU kernel");
+  const size_t spatial = static_cast<size_t>(dims - 2);
+  return {convParam(stride, spatial, "stride"), convParam(padding, spatial, "padding"),
+          convParam(dilation, spatial, "dilation"),
+          convParam(output_padding, spatial, "output_padding")};
+}
+
+at::Tensor convolutionMeta(const at::Tensor& input, const at::Tensor& weight,
+                           const std::optional<at::Tensor>& bias_opt, c10::SymIntArrayRef stride,
+                           c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                           bool transposed, c10::SymIntArrayRef output_padding,
+                           c10::SymInt groups_sym) {
+  const at::Tensor bias = bias_opt.value_or(at::Tensor());
+  const int64_t groups = groups_sym.expect_int();
+  const ConvGeometry g =
+      convGeometry(input, weight, bias, stride, padding, dilation, output_padding, groups);
+  const bool batched = input.dim() == weight.dim();
+  const int64_t channel_dim = batched ? 1 : 0;
+  const int64_t in_channels = input.size(channel_dim);
+  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
+  TORCH_CHECK(in_channels == (transposed ? weight.size(0) : weight.size(1) * groups) &&
+                  (!transposed || weight.size(0) % groups == 0) && out_channels % groups == 0 &&
+                  (!bias.defined() || (bias.dim() == 1 && bias.numel() == out_channels)),
+              "convolution: these shapes are left to the CPU kernel");
+  std::vector<int64_t> sizes;
+  if (batched) sizes.push_back(input.size(0));
+  sizes.push_back(out_channels);
+  for (size_t d = 0; d < g.stride.size(); ++d) {
+    const int64_t in = input.size(channel_dim + 1 + static_cast<int64_t>(d));
+    const int64_t kernel = weight.size(2 + static_cast<int64_t>(d));
+    const int64_t span = g.dilation[d] * (kernel - 1);
+    const int64_t out = transposed
+        ? (in - 1) * g.stride[d] - 2 * g.padding[d] + span + g.output_padding[d] + 1
+        : (in + 2 * g.padding[d] - span - 1) / g.stride[d] + 1;
+    TORCH_CHECK(g.stride[d] > 0 && g.dilation[d] > 0 && g.padding[d] >= 0 && out > 0 &&
+                    (transposed || in + 2 * g.padding[d] - span - 1 >= 0),
+                "convolution: these sizes are left to the CPU kernel");
+    sizes.push_back(out);
+  }
+  return at::empty(sizes, input.options());
+}
+
+// convolution_backward (Convolution.cpp): the gradients of the input, weight
+// and bias asked for, each contiguous, like what it differentiates.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardMeta(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    at::OptionalSymIntArrayRef bias_sizes, c10::SymIntArrayRef stride,
+    c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed,
+    c10::SymIntArrayRef output_padding, c10::SymInt groups, std::array<bool, 3> output_mask) {
+  const at::Tensor expected = convolutionMeta(input, weight, std::nullopt, stride, padding,
+                                              dilation, transposed, output_padding, groups);
+  TORCH_CHECK(grad_output.sizes() == expected.sizes() &&
+                  grad_output.scalar_type() == input.scalar_type() && grad_output.is_contiguous(),
+              "convolution_backward: this gradient is left to the CPU kernel");
+  at::Tensor grad_bias;
+  if (output_mask[2]) {
+    TORCH_CHECK(bias_sizes.has_value(), "convolution_backward: no bias sizes");
+    grad_bias = at::empty(C10_AS_INTARRAYREF_SLOW(*bias_sizes), input.options());
+  }
+  return {output_mask[0] ? at::empty(input.sizes(), input.options()) : at::Tensor(),
+          output_mask[1] ? at::empty(weight.sizes(), weight.options()) : at::Tensor(),
+          grad_bias};
+}
+
 }  // namespace
 
 void addMetaRules(const MetaRuleAdder& add) {
@@ -262,6 +362,8 @@ void addMetaRules(const MetaRuleAdder& add) {
   META_RULE(var_mean_correction, varMeanMeta)
   META_RULE(std_mean_correction, varMeanMeta)
   META_RULE(native_batch_norm, batchNormMeta)
+  META_RULE(convolution, convolutionMeta)
+  META_RULE(convolution_backward, convolutionBackwardMeta)
 #undef META_RULE
 }
 
