@@ -232,10 +232,12 @@ def test_three_stream_pipeline_has_one_lane_per_stream(tmp_path):
         events = events_of_stream(trace, stream)
         for before, after in zip(events, events[1:]):
             assert before["ts"] + before["dur"] <= after["ts"], (before, after)
+    # Each of the others' events starts while s_out is held at the gate. (Its end
+    # may be stamped after the host saw it complete and released the gate.)
     gated = events_of_stream(trace, s_out)[0]
     for stream in (s_in, s_compute):
         for e in events_of_stream(trace, stream):
-            assert gated["ts"] < e["ts"] and e["ts"] + e["dur"] < gated["ts"] + gated["dur"]
+            assert gated["ts"] < e["ts"] < gated["ts"] + gated["dur"], (gated, e)
 
 
 def test_profiling_twice_in_one_process_sees_each_window_only():

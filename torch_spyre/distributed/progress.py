@@ -136,8 +136,12 @@ def _progress_loop(progress: _Progress) -> None:
             error = e
         with progress._lock:
             progress._pending -= 1
-        finished.put((inner, error, work))
-        ready = caller = launch = work = inner = None  # drop them now, not at the next item
+        # Dropped before the hand-over: once the work completes, nothing of this
+        # thread still holds its host buffers (a waiter's next call reuses them).
+        item = (inner, error, work)
+        ready = caller = launch = work = inner = None
+        finished.put(item)
+        item = None
 
 
 def _completion_loop(finished) -> None:
@@ -156,8 +160,9 @@ def _completion_loop(finished) -> None:
                 _await_gloo(inner, work)
             except BaseException as e:  # noqa: B036
                 error = e
+        inner = None  # gloo's buffers: no longer held here once the waiters wake
         work._complete(error)
-        inner = work = error = None
+        work = error = None
 
 
 def _await_gloo(inner, work) -> None:
