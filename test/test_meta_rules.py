@@ -197,6 +197,17 @@ ERRORS = [
     ("conv2d.channels", lambda d: F.conv2d(data(d, 1, 3, 5, 5), data(d, 2, 4, 3, 3))),
     ("conv2d.kernel_too_large", lambda d: F.conv2d(data(d, 1, 3, 2, 2), data(d, 2, 3, 3, 3))),
     ("conv2d.groups", lambda d: F.conv2d(data(d, 1, 4, 5, 5), data(d, 3, 2, 3, 3), groups=2)),
+    # Checks that are not about shapes, after a valid call of the same signature
+    # (verified, so no scratch run would catch them): still refused at the call.
+    ("conv_transpose2d.output_padding_too_big", lambda d: (
+        F.conv_transpose2d(data(d, 1, 2, 4, 4), data(d, 2, 3, 3, 3)),
+        F.conv_transpose2d(data(d, 1, 2, 4, 4), data(d, 2, 3, 3, 3), stride=2, output_padding=2))),
+    ("conv2d.negative_padding", lambda d: (
+        F.conv2d(data(d, 1, 2, 5, 5), data(d, 3, 2, 3, 3)),
+        F.conv2d(data(d, 1, 2, 5, 5), data(d, 3, 2, 3, 3), padding=-1))),
+    ("conv2d.zero_stride", lambda d: (
+        F.conv2d(data(d, 1, 2, 5, 5), data(d, 3, 2, 3, 3)),
+        F.conv2d(data(d, 1, 2, 5, 5), data(d, 3, 2, 3, 3), stride=0))),
 ]
 
 

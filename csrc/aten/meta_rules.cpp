@@ -308,8 +308,14 @@ at::Tensor convolutionMeta(const at::Tensor& input, const at::Tensor& weight,
     const int64_t out = transposed
         ? (in - 1) * g.stride[d] - 2 * g.padding[d] + span + g.output_padding[d] + 1
         : (in + 2 * g.padding[d] - span - 1) / g.stride[d] + 1;
-    TORCH_CHECK(g.stride[d] > 0 && g.dilation[d] > 0 && g.padding[d] >= 0 && out > 0 &&
-                    (transposed || in + 2 * g.padding[d] - span - 1 >= 0),
+    // CPU's checks (Convolution.cpp, check_shape_forward): a call refused there
+    // must not be queued, since a verified signature gets no scratch run.
+    const bool output_padding_ok =
+        transposed ? g.output_padding[d] >= 0 &&
+                         (g.output_padding[d] < g.stride[d] || g.output_padding[d] < g.dilation[d])
+                   : g.output_padding[d] == 0;
+    TORCH_CHECK(g.stride[d] > 0 && g.dilation[d] > 0 && g.padding[d] >= 0 && output_padding_ok &&
+                    out > 0 && (transposed || in + 2 * g.padding[d] - span - 1 >= 0),
                 "convolution: these sizes are left to the CPU kernel");
     sizes.push_back(out);
   }
