@@ -112,6 +112,19 @@ def test_the_masked_fill_of_an_attention_mask_under_float16_raises_at_the_call()
         [float("-inf"), 0.0, 0.0], [0.0, 0.0, float("-inf")]]
 
 
+def test_an_attention_mask_written_under_float16_autocast_raises_at_the_call():
+    q = torch.ones(2, 4, device="spyre")
+    mask = torch.tensor([[True, False], [False, True]], device="spyre")
+    with torch.autocast("spyre", dtype=torch.float16):
+        scores = q @ q.t()  # float16 under autocast
+        assert scores.dtype == torch.float16
+        assert scores.masked_fill(mask, -1e4).cpu().tolist() == [[-1e4, 4.0], [4.0, -1e4]]
+        with pytest.raises(RuntimeError, match=r"^value cannot be converted to type c10::Half without overflow$"):
+            scores.masked_fill(mask, -1e9)
+        probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    assert probs.cpu().tolist() == [[0.0, 1.0], [1.0, 0.0]]
+
+
 def test_scalar_tensor_values_of_one_class_share_a_plan_and_keep_their_values():
     # A 0-dim CPU value enters the plan's key by its class, not its bits: a
     # second value of the class is queued (no meta run) with its own value.

@@ -178,6 +178,16 @@ def _bernoulli(x, out):
     return torch.bernoulli(x[: out.numel()], out=out)
 
 
+def _normal(x, out):
+    torch.manual_seed(3)
+    return torch.normal(0.0, 1.0, tuple(out.shape), out=out)
+
+
+def _randint(x, out):
+    torch.manual_seed(3)
+    return torch.randint(10, tuple(out.shape), out=out)
+
+
 # (op, out dtype, base shape, how the out is cut from the base)
 OUT_CASES = [
     ("masked_select-strided", _masked_select, torch.float32, (12,), lambda b: b[::2]),  # exact size: 6
@@ -191,6 +201,8 @@ OUT_CASES = [
     ("multinomial-strided", _multinomial, torch.long, (10,), lambda b: b[1::2]),
     ("bernoulli-strided", _bernoulli, torch.float32, (10,), lambda b: b[::2]),
     ("bernoulli-transposed", _bernoulli, torch.float32, (2, 3), lambda b: b.t()),
+    ("normal-transposed", _normal, torch.float32, (3, 4), lambda b: b.t()),
+    ("randint-strided", _randint, torch.long, (4, 6), lambda b: b[1:, ::3]),
 ]
 
 
