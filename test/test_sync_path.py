@@ -312,3 +312,37 @@ def test_out_arguments_on_two_threads_and_under_the_card_rules():
     for env, card in (({}, "False"), ({"TORCH_SPYRE_CARD_RULES": "1"}, "True")):
         proc = run_python(code, env=env)
         assert proc.stdout.splitlines() == [f"{card} True"] + expected[1:]
+
+
+@pytest.fixture(scope="module")
+def out_only_ops():
+    """Custom ops (the synchronous path runs them) whose out= arguments no return stands for."""
+    lib = torch.library.Library("spyre_test_outs", "DEF")
+    lib.define("twice(Tensor x, *, Tensor(a!) out) -> ()")
+    lib.define("parts(Tensor x, *, Tensor(a!)[] out) -> ()")
+
+    def twice(x, *, out):
+        out.copy_(x * 2)
+
+    def parts(x, *, out):
+        for k, o in enumerate(out):
+            o.copy_(x + k)
+
+    lib.impl("twice", twice, "CPU")
+    lib.impl("parts", parts, "CPU")
+    yield torch.ops.spyre_test_outs
+    lib._destroy()
+
+
+def test_out_arguments_no_return_stands_for_are_written_back(out_only_ops):
+    results = []
+    for device in ("cpu", "spyre"):
+        x = torch.arange(3.0).to(device)
+        o = torch.full((6,), -1.0, device=device)
+        out_only_ops.twice(x, out=o[::2])
+        parts = [torch.full((3,), -1.0, device=device), torch.full((6,), -1.0, device=device)]
+        out_only_ops.parts(x, out=[parts[0], parts[1][1::2]])
+        results.append((o.cpu().tolist(), [p.cpu().tolist() for p in parts]))
+    assert results[1] == results[0] == (
+        [0.0, -1.0, 2.0, -1.0, 4.0, -1.0],
+        [[0.0, 1.0, 2.0], [-1.0, 1.0, -1.0, 2.0, -1.0, 3.0]])

@@ -38,6 +38,17 @@ void queueHostWrite(const SpyreStream& stream, const at::Tensor& host, const at:
   launchCopy(stream, staged, target, [staged] {}, /*non_blocking=*/false, op);
 }
 
+// An out= argument's host tensor into its device tensor: the target takes the
+// sizes and strides the kernel gave the host tensor (it resized it as CPU
+// resizes an out=, or kept it), then the values, in stream order.
+void writeOut(const SpyreStream& stream, const at::Tensor& host, const at::Tensor& target,
+              const char* op) {
+  Layout layout = Layout::of(host);
+  layout.offset = target.storage_offset();
+  restride(target, layout);  // a growth copies the old bytes in stream order
+  queueHostWrite(stream, host, target, op);  // after that copy, not under it
+}
+
 // A spyre tensor holding a host result of the synchronous path.
 at::Tensor spyreCopyOf(const at::Tensor& host, const SpyreStream& stream, const char* op) {
   Layout layout = Layout::of(host);
@@ -165,14 +176,7 @@ at::Tensor spyreResult(const c10::Argument& ret, int arg, const at::Tensor& resu
                          result.storage().data() == copies.hostStorageOf(target);
     if (!ret.alias_info()->isWrite() && !aliases) return spyreCopyOf(result, stream, op);
     if (ret.alias_info()->isWrite()) {
-      if (schema.arguments()[arg].is_out()) {
-        // The kernel resized the host out= tensor as CPU resizes it (and
-        // warned as CPU warns): the target takes its sizes and strides.
-        Layout layout = Layout::of(result);
-        layout.offset = target.storage_offset();
-        restride(target, layout);  // a growth copies the old bytes in stream order
-        queueHostWrite(stream, result, target, op);  // after that copy, not under it
-      }
+      if (schema.arguments()[arg].is_out()) writeOut(stream, result, target, op);
       return target;  // an in-place write: copied back with the written arguments
     }
     return viewOf(target, Layout::of(result));
@@ -234,9 +238,30 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
       }
     }
   }
+  // out= arguments no return stands for (an op returning (), a Tensor[] out):
+  // written back like the returned ones.
+  std::vector<std::pair<at::Tensor, at::Tensor>> unreturned;  // (host tensor, spyre tensor)
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!arguments[i].is_out()) continue;
+    const auto& rets = schema.returns();
+    const bool returned = std::any_of(rets.begin(), rets.end(), [&](const c10::Argument& r) {
+      return aliasedArgument(schema, r) == static_cast<int>(i);
+    });
+    if (returned) continue;
+    std::vector<at::Tensor> hosts;
+    forEachTensor(host[i], [&](const at::Tensor& t) { hosts.push_back(t); });
+    size_t j = 0;
+    forEachTensor(args[i], [&](const at::Tensor& t) {
+      if (isSpyre(t)) unreturned.emplace_back(hosts[j], t);
+      ++j;
+    });
+  }
   {
     CpuKernelScope scope(0);
     op.callBoxed(host);
+  }
+  for (const auto& [result, target] : unreturned) {
+    writeOut(stream, result, target, copies.op.empty() ? nullptr : copies.op.c_str());
   }
   // In-place results go back to the device in stream order (the sanitizer and
   // the hazard tracker see the writes).
