@@ -346,3 +346,16 @@ def test_out_arguments_no_return_stands_for_are_written_back(out_only_ops):
     assert results[1] == results[0] == (
         [0.0, -1.0, 2.0, -1.0, 4.0, -1.0],
         [[0.0, 1.0, 2.0], [-1.0, 1.0, -1.0, 2.0, -1.0, 3.0]])
+
+
+def test_empty_out_arguments_share_no_host_memory():
+    # Two empty outs have no device memory (a null address): each gets a host
+    # tensor of its own, or the second result lands on the first.
+    results = []
+    for device in ("cpu", "spyre"):
+        x = torch.tensor([0.1, 0.9, 0.7, 0.2]).to(device)
+        hist, edges = torch.empty(0, device=device), torch.empty(0, device=device)
+        torch.histogram(x, 2, out=(hist, edges))
+        results.append((hist.cpu(), edges.cpu()))
+    assert torch.equal(results[1][0], results[0][0]) and torch.equal(results[1][1], results[0][1])
+    assert results[1][0].tolist() == [2.0, 2.0]

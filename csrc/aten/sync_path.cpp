@@ -129,7 +129,8 @@ c10::IValue hostArgument(const c10::Argument& argument, const c10::IValue& v, Ho
     // with another argument is a view of that storage's host copy, so that
     // the kernel's overlap checks see what CPU's see.
     if (argument.is_out()) {
-      if (std::count(storages.begin(), storages.end(), t.storage().data()) > 1) {
+      if (t.storage().data() != nullptr &&
+          std::count(storages.begin(), storages.end(), t.storage().data()) > 1) {
         return copies.of(t, stream);
       }
       return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
@@ -214,7 +215,8 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
   Storages storages;
   for (const c10::IValue& v : args) {
     forEachTensor(v, [&](const at::Tensor& t) {
-      if (t.defined() && isSpyre(t)) storages.push_back(t.storage().data());
+      // Empty storages (no memory, a null address) share nothing.
+      if (isSpyre(t) && t.storage().data() != nullptr) storages.push_back(t.storage().data());
     });
   }
   Stack host;
