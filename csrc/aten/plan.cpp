@@ -19,6 +19,7 @@
 #include "aten/launch.h"
 #include "aten/op_arguments.h"
 #include "aten/plan_key.h"
+#include "aten/scalar_class.h"
 #include "aten/work.h"
 #include "aten/work_cost.h"
 #include "device/allocator.h"
@@ -163,17 +164,25 @@ c10::IValue toMeta(const c10::IValue& v,
 // The tensors' dtypes, and the arguments that may change what a kernel
 // returns (CPU's native_batch_norm returns empty statistics when not training,
 // binary_cross_entropy's out= variant resizes its output for a reduction):
-// integers, booleans, strings, None. Floating-point values are left out, so
-// that a changing learning rate or scale does not make every call a new
-// signature.
+// integers, booleans, strings, None. Floating-point and complex values, and
+// the values of 0-dim CPU tensors, enter by their class (aten/scalar_class.h:
+// what a kernel's conversion checks see), so that a changing learning rate or
+// scale does not make every call a new signature, while a value a kernel
+// cannot convert (-1e9 for float16) is never taken for a verified one.
 std::string dtypeSignature(const Stack& args) {
   std::string signature;
   for (const c10::IValue& v : args) {
     if (holdsTensors(v)) {
       forEachTensor(v, [&](const at::Tensor& t) {
-        signature += t.defined() ? (t.is_cpu() ? "|c" : "|") + std::string(c10::toString(t.scalar_type()))
-                                 : "|-";
+        if (!t.defined()) {
+          signature += "|-";
+          return;
+        }
+        signature += (t.is_cpu() ? "|c" : "|") + std::string(c10::toString(t.scalar_type()));
+        if (t.is_cpu() && t.dim() == 0) signature += "~" + std::to_string(scalarClass(t));
       });
+    } else if (v.isDouble() || v.isComplexDouble()) {
+      signature += "|~" + std::to_string(scalarClass(v.toScalar()));
     } else if (v.isNone() || v.isInt() || v.isBool() || v.isString() || v.isIntList() ||
                v.isBoolList()) {
       std::ostringstream value;

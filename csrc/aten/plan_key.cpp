@@ -5,6 +5,8 @@
 
 #include <c10/util/strides.h>
 
+#include "aten/scalar_class.h"
+
 namespace spyre::launch {
 
 bool KeyBuilder::add(const c10::IValue& v) {
@@ -80,6 +82,9 @@ bool KeyBuilder::addTensor(const at::Tensor& t) {
                    (t.unsafeGetTensorImpl()->is_wrapped_number() ? 4 : 0));
   words_.push_back(alias);
   words_.push_back(t.dim());
+  // A 0-dim CPU value's class (aten/scalar_class.h): kernels verified for one
+  // value of a class hold for every value of it.
+  if (t.is_cpu() && t.dim() == 0) words_.push_back(scalarClass(t));
   if (shape_free_ && !(t.is_cpu() && t.dim() == 0)) {
     // The contiguous strides exactly: is_contiguous() ignores the strides of size-1
     // dimensions, which TensorIterator carries over to its outputs.

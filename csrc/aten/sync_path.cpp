@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
@@ -17,7 +16,6 @@
 #include "aten/sanitizer_accesses.h"
 #include "aten/stream_copy.h"
 #include "aten/stream_uses.h"
-#include "aten/tensor_ref.h"
 #include "device/generator.h"
 #include "runtime/capture.h"
 #include "runtime/stream.h"
@@ -40,8 +38,19 @@ void queueHostWrite(const SpyreStream& stream, const at::Tensor& host, const at:
   launchCopy(stream, staged, target, [staged] {}, /*non_blocking=*/false, op);
 }
 
+// An out= argument's host tensor into its device tensor: the target takes the
+// sizes and strides the kernel gave the host tensor (it resized it as CPU
+// resizes an out=, or kept it), then the values, in stream order.
+void writeOut(const SpyreStream& stream, const at::Tensor& host, const at::Tensor& target,
+              const char* op) {
+  Layout layout = Layout::of(host);
+  layout.offset = target.storage_offset();
+  restride(target, layout);  // a growth copies the old bytes in stream order
+  queueHostWrite(stream, host, target, op);  // after that copy, not under it
+}
+
 // A spyre tensor holding a host result of the synchronous path.
-at::Tensor spyreCopyOf(const at::Tensor& host, const SpyreStream& stream) {
+at::Tensor spyreCopyOf(const at::Tensor& host, const SpyreStream& stream, const char* op) {
   Layout layout = Layout::of(host);
   layout.offset = 0;
   if (!host.is_non_overlapping_and_dense()) {
@@ -52,7 +61,7 @@ at::Tensor spyreCopyOf(const at::Tensor& host, const SpyreStream& stream) {
     }
   }
   at::Tensor out = emptySpyre(layout, stream.device_index());
-  queueHostWrite(stream, host, out);
+  queueHostWrite(stream, host, out, op);
   return out;
 }
 
@@ -73,9 +82,14 @@ struct HostCopies {
       it->second = at::empty({static_cast<int64_t>(storage.nbytes())},
                              at::TensorOptions().dtype(at::kByte));
     }
-    TensorRef ref = TensorRef::of(t);
-    ref.storage_base = it->second.data_ptr();
-    at::Tensor host = ref.cpuAlias();
+    // A view of the host buffer's own storage: tensors that share a device
+    // storage share a host storage, so the kernel's overlap checks (an out=
+    // argument that is an input) see what CPU's see.
+    at::Tensor host = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(it->second.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    host._set_conj(t.is_conj());
+    host._set_neg(t.is_neg());
     if (t.numel() > 0) {
       // The bytes the tensor spans, whatever its strides (expanded and
       // overlapping views included): one copy.
@@ -102,12 +116,25 @@ struct HostCopies {
   }
 };
 
+// The device storages of a call's spyre tensors, one entry per tensor.
+using Storages = c10::SmallVector<const void*, 8>;
+
 c10::IValue hostArgument(const c10::Argument& argument, const c10::IValue& v, HostCopies& copies,
-                         const SpyreStream& stream) {
+                         const SpyreStream& stream, const Storages& storages) {
   auto host = [&](const at::Tensor& t) -> at::Tensor {
     if (!isSpyre(t)) return t;
-    // An out= tensor is replaced by a fresh host tensor the kernel may resize.
-    if (argument.is_out()) return at::empty({0}, t.options().device(c10::kCPU));
+    // An out= tensor is handed to the kernel as a host tensor of its sizes and
+    // strides, so that ATen's out= rules apply as on CPU: resized only when
+    // the sizes differ, strides kept otherwise. One that shares its storage
+    // with another argument is a view of that storage's host copy, so that
+    // the kernel's overlap checks see what CPU's see.
+    if (argument.is_out()) {
+      if (t.storage().data() != nullptr &&
+          std::count(storages.begin(), storages.end(), t.storage().data()) > 1) {
+        return copies.of(t, stream);
+      }
+      return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kCPU));
+    }
     return copies.of(t, stream);
   };
   if (v.isTensor()) return host(v.toTensor());
@@ -143,24 +170,19 @@ at::Tensor spyreResult(const c10::Argument& ret, int arg, const at::Tensor& resu
                        const Stack& args, const c10::FunctionSchema& schema,
                        const SpyreStream& stream, const HostCopies& copies) {
   if (!result.defined() || !result.is_cpu()) return result;
+  const char* op = copies.op.empty() ? nullptr : copies.op.c_str();  // the sanitizer's name
   if (arg >= 0 && args[arg].isTensor() && isSpyre(args[arg].toTensor())) {
     const at::Tensor& target = args[arg].toTensor();
     const bool aliases = result.has_storage() && target.has_storage() &&
                          result.storage().data() == copies.hostStorageOf(target);
-    if (!ret.alias_info()->isWrite() && !aliases) return spyreCopyOf(result, stream);
+    if (!ret.alias_info()->isWrite() && !aliases) return spyreCopyOf(result, stream, op);
     if (ret.alias_info()->isWrite()) {
-      if (schema.arguments()[arg].is_out()) {
-        at::native::resize_output_check(target, result.sizes());  // CPU's warning
-        Layout layout = Layout::of(result);
-        layout.offset = target.storage_offset();
-        restride(target, layout);  // a growth copies the old bytes in stream order
-        queueHostWrite(stream, result, target);  // after that copy, not under it
-      }
+      if (schema.arguments()[arg].is_out()) writeOut(stream, result, target, op);
       return target;  // an in-place write: copied back with the written arguments
     }
     return viewOf(target, Layout::of(result));
   }
-  return spyreCopyOf(result, stream);
+  return spyreCopyOf(result, stream, op);
 }
 
 // Whether the op writes argument `i` in place, to be copied back
@@ -190,10 +212,17 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
   }
   HostCopies copies;
   if (sanitizer::accessesWanted()) copies.op = sanitizer::opName(op);
+  Storages storages;
+  for (const c10::IValue& v : args) {
+    forEachTensor(v, [&](const at::Tensor& t) {
+      // Empty storages (no memory, a null address) share nothing.
+      if (isSpyre(t) && t.storage().data() != nullptr) storages.push_back(t.storage().data());
+    });
+  }
   Stack host;
   host.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
-    host.push_back(hostArgument(arguments[i], args[i], copies, stream));
+    host.push_back(hostArgument(arguments[i], args[i], copies, stream, storages));
   }
   stream.synchronize();  // the arguments' copies have arrived
   // The host copies of the arguments the op writes in place, before the
@@ -211,9 +240,30 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
       }
     }
   }
+  // out= arguments no return stands for (an op returning (), a Tensor[] out):
+  // written back like the returned ones.
+  std::vector<std::pair<at::Tensor, at::Tensor>> unreturned;  // (host tensor, spyre tensor)
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!arguments[i].is_out()) continue;
+    const auto& rets = schema.returns();
+    const bool returned = std::any_of(rets.begin(), rets.end(), [&](const c10::Argument& r) {
+      return aliasedArgument(schema, r) == static_cast<int>(i);
+    });
+    if (returned) continue;
+    std::vector<at::Tensor> hosts;
+    forEachTensor(host[i], [&](const at::Tensor& t) { hosts.push_back(t); });
+    size_t j = 0;
+    forEachTensor(args[i], [&](const at::Tensor& t) {
+      if (isSpyre(t)) unreturned.emplace_back(hosts[j], t);
+      ++j;
+    });
+  }
   {
     CpuKernelScope scope(0);
     op.callBoxed(host);
+  }
+  for (const auto& [result, target] : unreturned) {
+    writeOut(stream, result, target, copies.op.empty() ? nullptr : copies.op.c_str());
   }
   // In-place results go back to the device in stream order (the sanitizer and
   // the hazard tracker see the writes).
@@ -236,7 +286,7 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
       for (const at::Tensor& t : value.toTensorList()) {
         list.push_back(arg >= 0 && args[arg].isTensor()
                            ? spyreResult(rets[k], arg, t, args, schema, stream, copies)
-                           : spyreCopyOf(t, stream));
+                           : spyreCopyOf(t, stream, copies.op.empty() ? nullptr : copies.op.c_str()));
       }
       returns.emplace_back(std::move(list));
     } else {
