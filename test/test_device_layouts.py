@@ -331,3 +331,11 @@ def test_a_layout_change_recompiles_and_the_same_layout_does_not(fresh_dynamo):
     compiled(other)
     compiled(default)
     assert counters["stats"]["calls_captured"] == 2
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_torchscript_compiles_the_wrapped_factories_as_their_aten_ops():
+    def make(n: int):
+        return torch.zeros(n) + torch.ones(n) + torch.full([n], 2.0) + torch.empty(n).zero_()
+
+    assert torch.jit.script(make)(3).tolist() == [3.0, 3.0, 3.0]
