@@ -320,16 +320,19 @@ def test_a_layout_change_recompiles_and_the_same_layout_does_not(fresh_dynamo):
     from torch._dynamo.utils import counters
 
     x = torch.rand(64, 128, dtype=torch.float16)
-    default = x.to(device_layout=SpyreTensorLayout([64, 128], torch.float16))
-    other = x.to(device_layout=SpyreTensorLayout([64, 128], [128, 1], torch.float16, [1, 0]))
+    plain = x.to("spyre")  # its default layout
+    transposed = SpyreTensorLayout([64, 128], [128, 1], torch.float16, [1, 0])
+    other = x.to(device_layout=transposed)
     counters.clear()
     compiled = torch.compile(lambda a: a + a)
-    assert torch.equal(compiled(default).cpu(), x + x)
+    assert torch.equal(compiled(plain).cpu(), x + x)
     assert counters["stats"]["calls_captured"] == 1
     assert torch.equal(compiled(other).cpu(), x + x)
-    assert counters["stats"]["calls_captured"] == 2
+    assert counters["stats"]["calls_captured"] == 2  # a new layout: traced again
     compiled(other)
-    compiled(default)
+    compiled(x.to(device_layout=copy.deepcopy(transposed)))  # an equal layout
+    compiled(plain)
+    compiled(x.to("spyre"))  # another tensor with the same default layout
     assert counters["stats"]["calls_captured"] == 2
 
 

@@ -38,13 +38,6 @@ def device_tensor_layout(tensor):
     return _default_layout(tuple(base.shape), tuple(base.stride()), base.dtype)
 
 
-def _layout_for_guard(tensor):
-    """device_tensor_layout, or None where a tensor's dtype has no device format (default mode)."""
-    if get_device_dtype(tensor.dtype).name == "INVALID":
-        return None
-    return device_tensor_layout(tensor)
-
-
 def _check_layout(layout, size, strides, dtype):
     """Raises unless `layout` is a layout of `dtype` that holds every element of a dense tensor
     of `size` and `strides`."""
@@ -215,10 +208,26 @@ def factory_with_layout(name, args, kwargs, layout):
     return tensor
 
 
-def guard_condition(expected):
-    """The compile guard's check: a spyre input must have the layout the graph was traced with."""
+def _default_key(tensor):
+    """What a tensor's default layout is a function of: its base's sizes, strides and dtype."""
+    base = tensor._base if tensor._base is not None else tensor
+    return base.shape, base.stride(), base.dtype
+
+
+def guard_condition(traced):
+    """The compile guard's check for a spyre input traced as `traced`: true when an input has the
+    same layout. Cheap, and conservative: two recorded layouts compare equal, two default ones
+    when their bases' sizes, strides and dtypes do; a recorded layout never matches a default
+    one (at worst a recompile)."""
+    expected_record = getattr(traced.untyped_storage(), _RECORD, None)
+    expected_key = _default_key(traced) if expected_record is None else None
 
     def same_layout(tensor):
-        return tensor.device.type != "spyre" or _layout_for_guard(tensor) == expected
+        if not isinstance(tensor, torch.Tensor):
+            return True  # TENSOR_MATCH, on the same input, refuses it (and another device)
+        record = getattr(tensor.untyped_storage(), _RECORD, None)
+        if record is not None or expected_record is not None:
+            return record == expected_record
+        return _default_key(tensor) == expected_key
 
     return same_layout

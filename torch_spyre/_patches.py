@@ -437,10 +437,9 @@ def guard_device_layouts(guards):
         tensor = tensor if tensor is not None else self.get(guard)
         if not isinstance(tensor, torch.Tensor) or tensor.device.type != "spyre":
             return
-        expected = _device_layouts._layout_for_guard(tensor)
         self.get_guard_manager(guard).add_lambda_guard(
-            _device_layouts.guard_condition(expected),
-            [f"device_tensor_layout({guard.name}) == {expected}"], guard.user_stack)
+            _device_layouts.guard_condition(tensor),
+            [f"device_tensor_layout({guard.name}) is the traced input's"], guard.user_stack)
 
     TENSOR_MATCH._torch_spyre_wraps = original
     builder.TENSOR_MATCH = TENSOR_MATCH
