@@ -296,6 +296,7 @@ def test_the_capability_lists_the_card_set():
     (lambda: torch.empty(65, dtype=torch.bool, device="spyre"), 256),  # DLFloat16 on the card
     (lambda: torch.empty(33, dtype=torch.uint8, device="spyre"), 256),  # 32-bit on the card
     (lambda: torch.empty(2, 3, 4, dtype=torch.int8, device="spyre"), 768),
+    (lambda: torch.empty(100, dtype=torch.int64, device="spyre"), 896),  # strided bytes: larger
     (lambda: torch.ones(512, 240, dtype=torch.float16).to("spyre"), 262144),
     (lambda: torch.ones(512, 240, dtype=torch.float16, device="spyre") + 1, 262144),  # a result
     (lambda: torch.ones(512, 240, dtype=torch.float16, device="spyre")[:, :5], 262144),  # a view

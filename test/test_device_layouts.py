@@ -188,6 +188,20 @@ def test_to_with_a_layout_copies_the_values_and_records_the_layout():
     assert (on_device + 0).device_tensor_layout() == SpyreTensorLayout([512, 256], torch.float16)
 
 
+def test_a_resized_storage_drops_its_recorded_layout():
+    stl = SpyreTensorLayout([64], [1], torch.float16, [0, -1])  # sparse: not the default
+    t = torch.ones(64, dtype=torch.float16).to(device_layout=stl)
+    t.resize_(64)  # the storage keeps its size: the layout stays
+    assert t.device_tensor_layout() == stl
+    t.resize_(200)  # a new, larger storage
+    assert t.device_tensor_layout() == SpyreTensorLayout([200], torch.float16)
+
+
+def test_a_dtype_without_a_device_format_has_no_layout():
+    with pytest.raises(ValueError, match=r"a Spyre card has no device format for torch\.float64"):
+        torch.ones(3, dtype=torch.float64, device="spyre").device_tensor_layout()
+
+
 def test_to_with_a_device_a_dtype_and_a_layout():
     x = torch.tensor([[1.5, -2.0, 3.25]])
     stl = SpyreTensorLayout([1, 3], torch.float16)

@@ -3,8 +3,8 @@ device_layout= on Tensor.to and the factories, and the torch.compile guard on la
 layout class and its rules are in layouts.py; _patches.py installs the wrappers below.
 
 A layout asked for with device_layout= is recorded on the tensor's storage, so views and
-detached aliases share it; a tensor without one has the default layout of its base (the
-tensor a view was taken of, or itself). Elements stay in PyTorch's strided order inside the
+detached aliases share it, until the storage is resized; a tensor without one has the default
+layout of its base (the tensor a view was taken of, or itself). Elements stay in PyTorch's strided order inside the
 allocation, so kernels compute CPU's values; the layout decides the allocation's size under the
 card's rules (csrc/device/card_rules.*).
 """
@@ -19,6 +19,15 @@ from .layouts import SpyreTensorLayout, get_device_dtype
 _RECORD = "_spyre_device_layout"  # the attribute of the storage's Python object
 
 
+def _recorded(storage):
+    """The layout recorded on `storage`, or None. A record holds the storage's size: a storage
+    that was resized since (resize_ of its tensor) no longer has that layout."""
+    record = getattr(storage, _RECORD, None)
+    if record is None or record[1] != storage.nbytes():
+        return None
+    return record[0]
+
+
 @functools.lru_cache(maxsize=4096)
 def _default_layout(size, strides, dtype):
     return SpyreTensorLayout(list(size), list(strides), dtype, list(range(len(size))))
@@ -31,7 +40,7 @@ def device_tensor_layout(tensor):
     fake = sys.modules.get("torch._subclasses.fake_tensor")  # loaded before any fake tensor
     if fake is not None and isinstance(tensor, fake.FakeTensor):
         return None  # compiled code traces with fake tensors: they have no memory
-    recorded = getattr(tensor.untyped_storage(), _RECORD, None)
+    recorded = _recorded(tensor.untyped_storage())
     if recorded is not None:
         return recorded
     base = tensor._base if tensor._base is not None else tensor
@@ -87,7 +96,8 @@ def _empty_with_layout(size, strides, dtype, layout, device):
     raw = torch.empty(nbytes, dtype=torch.int8, device=device)  # int8: one byte a unit
     tensor = torch.empty(0, dtype=dtype, device=device)
     tensor.set_(raw.untyped_storage(), 0, list(size), list(strides))
-    setattr(tensor.untyped_storage(), _RECORD, layout)
+    storage = tensor.untyped_storage()
+    setattr(storage, _RECORD, (layout, storage.nbytes()))
     return tensor
 
 
@@ -219,13 +229,13 @@ def guard_condition(traced):
     same layout. Cheap, and conservative: two recorded layouts compare equal, two default ones
     when their bases' sizes, strides and dtypes do; a recorded layout never matches a default
     one (at worst a recompile)."""
-    expected_record = getattr(traced.untyped_storage(), _RECORD, None)
+    expected_record = _recorded(traced.untyped_storage())
     expected_key = _default_key(traced) if expected_record is None else None
 
     def same_layout(tensor):
         if not isinstance(tensor, torch.Tensor):
             return True  # TENSOR_MATCH, on the same input, refuses it (and another device)
-        record = getattr(tensor.untyped_storage(), _RECORD, None)
+        record = _recorded(tensor.untyped_storage())
         if record is not None or expected_record is not None:
             return record == expected_record
         return _default_key(tensor) == expected_key
