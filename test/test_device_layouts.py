@@ -37,6 +37,7 @@ def layout_of(stl):
     ([5], torch.int64, [1, 32], [32, 1]),  # int64 is stored as int32
     ([5], torch.bfloat16, [1, 64], [64, 1]),
     ([129], torch.float8_e4m3fn, [2, 128], [128, 1]),
+    ([2] * 7, torch.float16, [2, 2, 2, 2, 2, 1, 2, 64], [32, 16, 8, 4, 2, 64, 64, 1]),  # rank 7
 ], ids=str)
 def test_the_default_layout(size, dtype, device_size, stride_map):
     assert layout_of(SpyreTensorLayout(size, dtype)) == (device_size, stride_map)
