@@ -351,6 +351,16 @@ def test_a_layout_change_recompiles_and_the_same_layout_does_not(fresh_dynamo):
     assert counters["stats"]["calls_captured"] == 2
 
 
+def test_default_layouts_of_new_shapes_reuse_a_dynamic_graph(fresh_dynamo):
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    compiled = torch.compile(lambda a: a * 2, dynamic=True)
+    for n in (8, 16, 24):
+        assert compiled(torch.ones(n, device="spyre")).cpu().tolist() == [2.0] * n
+    assert counters["stats"]["calls_captured"] == 1
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 def test_torchscript_compiles_the_wrapped_factories_as_their_aten_ops():
     def make(n: int):

@@ -218,26 +218,16 @@ def factory_with_layout(name, args, kwargs, layout):
     return tensor
 
 
-def _default_key(tensor):
-    """What a tensor's default layout is a function of: its base's sizes, strides and dtype."""
-    base = tensor._base if tensor._base is not None else tensor
-    return base.shape, base.stride(), base.dtype
-
-
 def guard_condition(traced):
-    """The compile guard's check for a spyre input traced as `traced`: true when an input has the
-    same layout. Cheap, and conservative: two recorded layouts compare equal, two default ones
-    when their bases' sizes, strides and dtypes do; a recorded layout never matches a default
-    one (at worst a recompile)."""
-    expected_record = _recorded(traced.untyped_storage())
-    expected_key = _default_key(traced) if expected_record is None else None
+    """The compile guard's check for a spyre input traced as `traced`: true when an input's layout
+    was asked for in the same way. Layouts asked for with device_layout= match when equal; default
+    layouts match each other, as they are a function of what dynamo already guards (sizes and
+    strides, or, with dynamic shapes, what may vary)."""
+    expected = _recorded(traced.untyped_storage())
 
     def same_layout(tensor):
         if not isinstance(tensor, torch.Tensor):
             return True  # TENSOR_MATCH, on the same input, refuses it (and another device)
-        record = _recorded(tensor.untyped_storage())
-        if record is not None or expected_record is not None:
-            return record == expected_record
-        return _default_key(tensor) == expected_key
+        return _recorded(tensor.untyped_storage()) == expected
 
     return same_layout

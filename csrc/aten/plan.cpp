@@ -471,7 +471,8 @@ std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
 
 at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device) {
   // What at::detail::empty_strided_generic does, with the device known (and,
-  // under the card's rules, the card's dtypes and whole sticks: card_rules.h).
+  // under the card's rules, the card's dtypes and the result's stick layout:
+  // card_rules.h).
   checkCardDtype(layout.dtype, "allocate a tensor of");
   const size_t nbytes = deviceTensorBytes(
       at::detail::computeStorageNbytes(layout.sizes, layout.strides,
