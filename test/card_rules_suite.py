@@ -285,3 +285,56 @@ def test_the_capability_lists_the_card_set():
             torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2fnuz}
     assert torch.accelerator.get_device_capability("spyre")["supported_dtypes"] == card
     assert torch.spyre.get_device_capability()["supported_dtypes"] == card
+
+
+# ---------------------------------------------------------------- device layouts
+
+
+@pytest.mark.parametrize("make, nbytes", [
+    (lambda: torch.empty(512, 240, dtype=torch.float16, device="spyre"), 262144),  # 4 sticks a row
+    (lambda: torch.empty(3, 5, device="spyre"), 384),  # a stick per row (CPU: 60 bytes)
+    (lambda: torch.empty(65, dtype=torch.bool, device="spyre"), 256),  # DLFloat16 on the card
+    (lambda: torch.empty(33, dtype=torch.uint8, device="spyre"), 256),  # 32-bit on the card
+    (lambda: torch.empty(2, 3, 4, dtype=torch.int8, device="spyre"), 768),
+    (lambda: torch.empty(100, dtype=torch.int64, device="spyre"), 896),  # strided bytes: larger
+    (lambda: torch.ones(512, 240, dtype=torch.float16).to("spyre"), 262144),
+    (lambda: torch.ones(512, 240, dtype=torch.float16, device="spyre") + 1, 262144),  # a result
+    (lambda: torch.ones(512, 240, dtype=torch.float16, device="spyre")[:, :5], 262144),  # a view
+])
+def test_an_allocation_holds_the_default_stick_layout(make, nbytes):
+    assert make().untyped_storage().nbytes() == nbytes
+
+
+def test_the_padding_is_device_memory_in_the_stats_the_snapshot_and_the_summary(empty_device):
+    x = torch.empty(512, 240, dtype=torch.float16, device="spyre")
+    assert torch.accelerator.memory_allocated() == 262144
+    stats = torch.accelerator.memory_stats()
+    assert stats["requested_bytes.all.current"] == 262144
+    blocks = [b for s in torch.spyre.memory._snapshot()["segments"] for b in s["blocks"]
+              if b["state"] == "active_allocated"]
+    assert [(b["address"], b["size"], b["requested_size"]) for b in blocks] == [
+        (x.data_ptr(), 262144, 262144)]
+    allocated = [line for line in torch.spyre.memory_summary().splitlines()
+                 if line.startswith("| Allocated memory")]
+    assert allocated[0].split("|")[2].split() == ["262144", "B"]  # torch.cuda's units
+
+
+def test_an_explicit_layout_allocates_its_sticks(empty_device):
+    fp16 = torch.spyre.get_device_dtype(torch.float16)
+    padded = torch.spyre.SpyreTensorLayout([1, 512, 64], [64, 60, 1], fp16)
+    x = torch.ones(40, 60, dtype=torch.float16)
+    on_device = x.to(device_layout=padded)
+    assert on_device.untyped_storage().nbytes() == 65536  # 512 sticks where CPU has 4800 bytes
+    assert torch.accelerator.memory_allocated() == 65536
+    assert torch.equal(on_device.cpu(), x)
+    transposed = torch.spyre.SpyreTensorLayout([512, 256], [256, 1], torch.float16, [1, 0])
+    assert torch.empty(512, 256, dtype=torch.float16,
+                       device_layout=transposed).untyped_storage().nbytes() == 262144
+
+
+def test_kernels_on_padded_tensors_compute_cpus_values():
+    x = torch.arange(512 * 240, dtype=torch.float32).reshape(512, 240).to(torch.float16)
+    on_device = x.to("spyre")
+    assert torch.equal((on_device[:, 3:7] * 2).cpu(), x[:, 3:7] * 2)
+    assert torch.equal(on_device.sum(dim=1, dtype=torch.float32).cpu(),
+                       x.sum(dim=1, dtype=torch.float32))

@@ -10,8 +10,8 @@ import torch_spyre
 from conftest import run_python
 
 # The package's own submodules: torch.cuda has memory/random/streams too.
-SUBMODULES = {"distributed", "errors", "events", "graphs", "memory", "profiler", "random", "sanitizer",
-              "streams", "sync_debug", "testing"}
+SUBMODULES = {"distributed", "errors", "events", "graphs", "layouts", "memory", "profiler", "random",
+              "sanitizer", "streams", "sync_debug", "testing"}
 
 
 def test_dir_is_the_api_and_the_package_submodules():
@@ -34,8 +34,8 @@ def test_dir_in_a_fresh_process_has_no_stray_module():
                      and isinstance(getattr(torch.spyre, n), types.ModuleType)))
         """
     )
-    assert proc.stdout.strip() == ("['errors', 'events', 'graphs', 'memory', 'random', 'sanitizer', "
-                                   "'streams', 'sync_debug']")
+    assert proc.stdout.strip() == ("['errors', 'events', 'graphs', 'layouts', 'memory', 'random', "
+                                   "'sanitizer', 'streams', 'sync_debug']")
 
 
 CUDA_NAMES = [

@@ -33,6 +33,8 @@ def test_every_feature_is_enabled_on_the_torch_it_was_written_for():
     assert states[_patches.GRAPHS] == "enabled"
     assert states[_patches.INTERFACE] == "enabled"
     assert states[_patches.ALIASES] == "enabled"
+    assert states[_patches.LAYOUTS] == "enabled"
+    assert states[_patches.LAYOUT_GUARD] == "enabled"
 
 
 # A different function in place of one target, before torch_spyre is imported: the check sees

@@ -57,6 +57,7 @@ from .errors import (  # noqa: E402
     stream_get_error_string,
 )
 from .events import Event  # noqa: E402
+from .layouts import DataFormats, SpyreTensorLayout, get_device_dtype  # noqa: E402
 from .memory import (  # noqa: E402
     empty_cache,
     host_memory_stats,
@@ -124,6 +125,8 @@ __all__ = [
     "Graph", "graph", "graph_pool_handle", "is_current_stream_capturing",
     # upstream torch-spyre's
     "get_diagnostic_report", "make_spyre_module",
+    # device layouts (upstream torch-spyre's)
+    "DataFormats", "SpyreTensorLayout", "get_device_dtype",
     # the card time model
     "card_profile", "card_summary", "timing_model",
 ]
@@ -157,6 +160,12 @@ def _register() -> None:
     _patches.install_aliases()  # torch.spyre.X is torch_spyre.X
     _profiler_exit.install()  # the profiler's stop survives a device fault
     _torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    # Upstream torch-spyre's layout API (docs/tensors.md, "Device layouts").
+    from . import _device_layouts
+
+    _torch.Tensor.device_tensor_layout = _device_layouts.device_tensor_layout
+    _patches.wrap_device_layouts()
+    _patches.when_imported("torch._dynamo.guards", _patches.guard_device_layouts)
 
 
 def _register_spyreccl() -> None:

@@ -49,6 +49,8 @@ INTERFACE = "dynamo's spyre device interface (streams and events in compiled cod
 ALIASES = "torch.spyre.<submodule> imports"
 HOST_READS = "the stream sanitizer's checks of Tensor.numpy() and Tensor.tolist()"
 PROFILER_EXIT = "a profile that completes despite a device fault"
+LAYOUTS = "upstream's device_layout= on Tensor.to and torch.empty/zeros/ones/full"
+LAYOUT_GUARD = "torch.compile's guard on spyre tensors' device layouts"
 
 
 def _attr(path):
@@ -131,6 +133,16 @@ TARGETS = {
     },
     PROFILER_EXIT: {
         "torch.autograd.profiler.profile.__exit__": "e6ae36adb109f87c",
+    },
+    LAYOUTS: {
+        "torch._C.TensorBase.to": "50b3cd3ca5033c23",
+        "torch.empty": "5f6f770dec3a0dc2",
+        "torch.zeros": "c25451fb512a4f77",
+        "torch.ones": "86b23ac70885b1ce",
+        "torch.full": "b91605f4f9293f96",
+    },
+    LAYOUT_GUARD: {
+        "torch._dynamo.guards.GuardBuilder.TENSOR_MATCH": "ff3dd00a6e50ab44",
     },
 }
 
@@ -346,6 +358,91 @@ def unwrap_host_reads():
     for name in _HOST_READS:
         if getattr(torch.Tensor.__dict__.get(name), "_spyre_sanitizer", False):
             delattr(torch.Tensor, name)
+
+
+# ---------------------------------------------------------------------------------------
+# Device layouts (_device_layouts.py).
+
+_LAYOUT_FACTORIES = ("empty", "zeros", "ones", "full")
+
+
+def _with_device_layout(original, apply):
+    """`original` taking one more keyword, device_layout=: without it (or with None) the call
+    is original's; with it, apply(args, kwargs, layout)."""
+
+    @functools.wraps(original)
+    def call(*args, device_layout=None, **kwargs):
+        if device_layout is None:
+            return original(*args, **kwargs)
+        return apply(args, kwargs, device_layout)
+
+    call._torch_spyre_wraps = original
+    return call
+
+
+def wrap_device_layouts():
+    """Why: upstream torch-spyre's API passes device_layout= to Tensor.to and to the factories,
+    keywords torch's argument parsers refuse. Changes: torch.Tensor.to, torch.empty,
+    torch.zeros, torch.ones, torch.full accept device_layout=; without it the call goes to
+    torch's function unchanged. Retired by: a device-specific keyword in torch's factories (none
+    is planned), or upstream moving its API off torch's names."""
+    if not check(LAYOUTS):
+        return
+    from . import _device_layouts
+
+    if "to" not in torch.Tensor.__dict__:
+        torch.Tensor.to = _with_device_layout(
+            torch._C.TensorBase.to,
+            lambda args, kwargs, layout: _device_layouts.to_with_layout(
+                args[0], layout, args[1:], kwargs))
+    for name in _LAYOUT_FACTORIES:
+        if getattr(getattr(torch, name), "_torch_spyre_wraps", None) is None:
+            wrapper = _with_device_layout(getattr(torch, name),
+                                          functools.partial(_factory_with_layout, name))
+            setattr(torch, name, wrapper)
+            # TorchScript compiles torch.<name> as its aten op: its table of them, built at
+            # its first use from torch's attributes, finds the wrapper there; one built
+            # already is told.
+            if torch.jit._builtins._builtin_table is not None:
+                torch.jit._builtins._register_builtin(wrapper, "aten::" + name)
+
+
+def _factory_with_layout(name, args, kwargs, layout):
+    from . import _device_layouts
+
+    return _device_layouts.factory_with_layout(name, args, kwargs, layout)
+
+
+def guard_device_layouts(guards):
+    """Why: dynamo's TENSOR_MATCH guards sizes, strides, dtype and device, not the device
+    layout, so a compiled graph traced for one layout would be reused for another. Changes:
+    GuardBuilder.TENSOR_MATCH also installs, for a spyre tensor, a guard that its layout is the
+    one seen at tracing (_device_layouts.guard_condition); the wrapper keeps TENSOR_MATCH's
+    name and guard_check_spec. Retired by: a device hook for extra tensor guards in dynamo."""
+    if not check(LAYOUT_GUARD):
+        return
+    from . import _device_layouts
+
+    builder = guards.GuardBuilder
+    original = builder.TENSOR_MATCH
+    if getattr(original, "_torch_spyre_wraps", None) is not None:
+        return
+
+    @functools.wraps(original)
+    def TENSOR_MATCH(self, guard, value=None):
+        original(self, guard, value)
+        if guards.match_on_id_for_tensor(guard):
+            return  # an ID_MATCH: the same tensor object
+        tensor = value() if isinstance(value, torch.utils.weak.TensorWeakRef) else value
+        tensor = tensor if tensor is not None else self.get(guard)
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "spyre":
+            return
+        self.get_guard_manager(guard).add_lambda_guard(
+            _device_layouts.guard_condition(tensor),
+            [f"device_tensor_layout({guard.name}) is the traced input's"], guard.user_stack)
+
+    TENSOR_MATCH._torch_spyre_wraps = original
+    builder.TENSOR_MATCH = TENSOR_MATCH
 
 
 # ---------------------------------------------------------------------------------------

@@ -52,11 +52,25 @@ c10::Device spyreDevice(std::optional<c10::Device> device) {
   return c10::Device(c10::DeviceType::PrivateUse1, ensureDevice(d.index()));
 }
 
-// Under the card's rules a storage shows the whole 128-byte sticks its block
-// holds (upstream's tests read them in untyped_storage().nbytes()).
-at::Tensor inSticks(at::Tensor t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  storage->set_nbytes(deviceAllocationBytes(storage->nbytes()));
+// A spyre tensor with its storage: PyTorch's strided bytes or, under the
+// card's rules, its default stick layout's whole sticks, which a storage shows
+// in full (upstream's tests read them in untyped_storage().nbytes()).
+at::Tensor emptyOnDevice(c10::IntArrayRef size, std::optional<c10::IntArrayRef> stride,
+                         c10::ScalarType dtype) {
+  at::detail::check_size_nonnegative(size);
+  const size_t itemsize = c10::elementSize(dtype);
+  const size_t compact = stride ? at::detail::computeStorageNbytes(size, *stride, itemsize)
+                                : at::detail::computeStorageNbytesContiguous(size, itemsize);
+  const size_t nbytes = deviceTensorBytes(compact, size, dtype);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, deviceAllocator(),
+                       /*resizable=*/true);
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), kSpyreKeys,
+                                                          c10::scalarTypeToTypeMeta(dtype));
+  if (stride) {
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(size, *stride);
+  } else if (size.size() != 1 || size[0] != 0) {
+    t.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+  }
   return t;
 }
 
@@ -68,8 +82,11 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   checkFactoryArgs(layout, pin_memory);
   checkSupportedDtype(c10::dtype_or_default(dtype));
   const c10::DeviceGuard guard(spyreDevice(device));
-  return inSticks(at::detail::empty_generic(size, deviceAllocator(), kSpyreKeys,
-                                            c10::dtype_or_default(dtype), memory_format));
+  at::Tensor t = emptyOnDevice(size, std::nullopt, c10::dtype_or_default(dtype));
+  if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Contiguous) {
+    t.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);  // as empty_generic
+  }
+  return t;
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -78,8 +95,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   checkFactoryArgs(layout, pin_memory);
   checkSupportedDtype(c10::dtype_or_default(dtype));
   const c10::DeviceGuard guard(spyreDevice(device));
-  return inSticks(at::detail::empty_strided_generic(size, stride, deviceAllocator(), kSpyreKeys,
-                                                    c10::dtype_or_default(dtype)));
+  return emptyOnDevice(size, stride, c10::dtype_or_default(dtype));
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -129,7 +145,9 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   const size_t needed_bytes = at::detail::computeStorageNbytesContiguous(
       sizes, self.dtype().itemsize(), self.storage_offset());
   if (needed_bytes > self.storage().nbytes()) {
-    resizeStorageBytes(self.storage(), deviceAllocationBytes(needed_bytes));  // sticks on a card
+    // On a card, the new size's stick layout.
+    resizeStorageBytes(self.storage(),
+                       deviceTensorBytes(needed_bytes, sizes, self.scalar_type()));
   }
   return at::native::resize_(self, sizes, memory_format);
 }

@@ -480,10 +480,13 @@ std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op, const Stack& args,
 
 at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device) {
   // What at::detail::empty_strided_generic does, with the device known (and,
-  // under the card's rules, the card's dtypes and whole sticks: card_rules.h).
+  // under the card's rules, the card's dtypes and the result's stick layout:
+  // card_rules.h).
   checkCardDtype(layout.dtype, "allocate a tensor of");
-  const size_t nbytes = deviceAllocationBytes(at::detail::computeStorageNbytes(
-      layout.sizes, layout.strides, c10::elementSize(layout.dtype)));
+  const size_t nbytes = deviceTensorBytes(
+      at::detail::computeStorageNbytes(layout.sizes, layout.strides,
+                                       c10::elementSize(layout.dtype)),
+      layout.sizes, layout.dtype);
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
                        allocateSkippingDeviceCheck(nbytes, device), deviceAllocator(),
                        /*resizable=*/true);
@@ -498,7 +501,9 @@ at::Tensor emptySpyre(const Layout& layout, c10::DeviceIndex device) {
 void restride(const at::Tensor& t, const Layout& layout) {
   const size_t needed = at::detail::computeStorageNbytes(layout.sizes, layout.strides,
                                                          t.dtype().itemsize(), layout.offset);
-  if (needed > t.storage().nbytes()) resizeStorageBytes(t.storage(), deviceAllocationBytes(needed));
+  if (needed > t.storage().nbytes()) {
+    resizeStorageBytes(t.storage(), deviceTensorBytes(needed, layout.sizes, t.scalar_type()));
+  }
   t.unsafeGetTensorImpl()->set_sizes_and_strides(layout.sizes, layout.strides, layout.offset);
 }
 

@@ -1,10 +1,12 @@
 #include "device/card_rules.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
 
 #include <c10/util/Exception.h>
+#include <c10/util/safe_numerics.h>
 
 namespace spyre {
 namespace {
@@ -45,6 +47,25 @@ std::string cardDtypeNames() {
   return names;
 }
 
+// The bytes of one element in the card's device format (upstream's
+// types_mapping.h): bool and bfloat16 are DLFloat16, uint8 is a 32-bit
+// SENUINT32, int64 is stored as int32.
+size_t deviceElementBytes(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::kChar:
+    case c10::kFloat8_e4m3fn:
+    case c10::kFloat8_e5m2fnuz:
+      return 1;
+    case c10::kBool:
+    case c10::kShort:
+    case c10::kHalf:
+    case c10::kBFloat16:
+      return 2;
+    default:  // kByte, kInt, kLong, kFloat
+      return 4;
+  }
+}
+
 std::atomic<bool> downcast_warning{true};
 
 }  // namespace
@@ -60,6 +81,26 @@ size_t deviceAllocationBytes(size_t nbytes) {
     return nbytes;
   }
   return (nbytes + kStickBytes - 1) / kStickBytes * kStickBytes;
+}
+
+size_t stickLayoutBytes(c10::IntArrayRef sizes, c10::ScalarType dtype) {
+  if (!cardRules() || !isCardDtype(dtype)) {
+    return 0;
+  }
+  if (sizes.empty()) {
+    return kStickBytes;
+  }
+  const auto per_stick = static_cast<uint64_t>(kStickBytes / deviceElementBytes(dtype));
+  uint64_t bytes = (static_cast<uint64_t>(sizes.back()) + per_stick - 1) / per_stick * kStickBytes;
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    TORCH_CHECK(!c10::mul_overflows(bytes, static_cast<uint64_t>(sizes[i]), &bytes),
+                "spyre: the stick layout of a tensor of size ", sizes, " overflows 64 bits");
+  }
+  return static_cast<size_t>(bytes);
+}
+
+size_t deviceTensorBytes(size_t compact_nbytes, c10::IntArrayRef sizes, c10::ScalarType dtype) {
+  return deviceAllocationBytes(std::max(compact_nbytes, stickLayoutBytes(sizes, dtype)));
 }
 
 bool isCardDtype(c10::ScalarType dtype) {

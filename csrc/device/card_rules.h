@@ -5,12 +5,15 @@
 // With the switch on: only the card's dtypes are allocated and copied (float64
 // and the others raise RuntimeError), int64 tensors hold int32 values (copies
 // into them narrow as a C cast does, with upstream's downcast warning), and
-// device allocations come in whole 128-byte sticks.
+// device allocations come in whole 128-byte sticks, a tensor's allocation
+// holding its default stick layout (its innermost dimension padded to whole
+// sticks).
 #pragma once
 
 #include <cstddef>
 
 #include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
 
 namespace spyre {
 
@@ -24,6 +27,16 @@ constexpr size_t kStickBytes = 128;
 // The bytes an allocation of `nbytes` takes: whole sticks under the card's
 // rules, `nbytes` otherwise (0 stays 0).
 size_t deviceAllocationBytes(size_t nbytes);
+// The bytes a tensor of `sizes` takes in the card's default stick layout
+// (torch.spyre.SpyreTensorLayout(sizes, dtype), torch_spyre/layouts.py): one
+// row of sticks per index of the outer dimensions, the innermost dimension
+// padded to whole sticks of its device format; a scalar takes one stick. 0
+// when the card's rules are off or the card does not hold `dtype`.
+size_t stickLayoutBytes(c10::IntArrayRef sizes, c10::ScalarType dtype);
+// A new tensor's allocation: `compact_nbytes` (PyTorch's strided bytes, which
+// hold its elements: kernels compute on them as on CPU) or, when larger, its
+// default stick layout's bytes, in whole sticks under the card's rules.
+size_t deviceTensorBytes(size_t compact_nbytes, c10::IntArrayRef sizes, c10::ScalarType dtype);
 
 // The dtypes a card holds (upstream torch-spyre's types_mapping.h); int64 is
 // among them, stored as int32.

@@ -55,6 +55,15 @@ py::tuple poolTuple(const PoolId& pool) {
   return py::make_tuple(pool.first, pool.second);
 }
 
+// torch_spyre's wrappers of torch functions (torch.empty, Tensor.to, ...:
+// torch_spyre/_patches.py) are left out of stacks: those functions are builtins,
+// which have no Python frame, and CUDA's stacks start at their caller.
+bool isTorchFunctionWrapper(const std::string& filename) {
+  static const std::string kPatches = "torch_spyre/_patches.py";
+  return filename.size() >= kPatches.size() &&
+         filename.compare(filename.size() - kPatches.size(), kPatches.size(), kPatches) == 0;
+}
+
 // Frames for every dict that has a context, symbolized in one batch (frames
 // shared between stacks become shared dicts, as in CUDA's snapshots).
 class FrameSlots {
@@ -90,7 +99,10 @@ class FrameSlots {
         }
       }
       py::list frames;
-      for (size_t j = first; j < traceback.size(); ++j) frames.append(all_frames.at(traceback[j]));
+      for (size_t j = first; j < traceback.size(); ++j) {
+        if (isTorchFunctionWrapper(symbolized.all_frames[traceback[j]].filename)) continue;
+        frames.append(all_frames.at(traceback[j]));
+      }
       dicts_[i]["frames"] = frames;
     }
   }
