@@ -552,8 +552,10 @@ VALIDATION_KERNELS = """
             "cat0_2x2048x1024": lambda: torch.cat([r(2048 // s, 1024 // s)] * 2, 0),
             "cat1_2048x2x512": lambda: torch.stack([r(2048 // s, 512 // s)] * 2, 1),
             "transpose_2048x1024": lambda: r(2048 // s, 1024 // s).t().contiguous(),
-            "transpose_outer_512x8x1024": lambda: r(512 // s, 8, 1024 // s).transpose(0, 1).contiguous(),
-            "transpose_outer_512x4x1024": lambda: r(512 // s, 4, 1024 // s).transpose(0, 1).contiguous(),
+            "transpose_outer_512x8x1024":
+                lambda: r(512 // s, 8, 1024 // s).transpose(0, 1).contiguous(),
+            "transpose_outer_512x4x1024":
+                lambda: r(512 // s, 4, 1024 // s).transpose(0, 1).contiguous(),
         }
     for fn in kernels(8).values():
         fn()
@@ -561,8 +563,7 @@ VALIDATION_KERNELS = """
     got = {}
     with torch.no_grad():
         for name, fn in kernels(1).items():
-            args = fn  # operands are made (and priced) inside; reset after making them
-            torch.spyre.card_summary(reset=True)
+            torch.spyre.card_summary(reset=True)  # operands are made inside: their copies too
             fn()
             got[name] = torch.spyre.card_summary()["classes"]
     print(json.dumps(got), flush=True)

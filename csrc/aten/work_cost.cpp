@@ -34,7 +34,10 @@ uint64_t distinctBytesOf(const at::Tensor& t) {
   return elements * t.element_size();
 }
 
-bool sharedOverBatch(const at::Tensor& t) { return t.dim() == 3 && t.size(0) > 1 && t.stride(0) == 0; }
+// A batched operand that is one matrix expanded over the batch (a projection's weight).
+bool sharedOverBatch(const at::Tensor& t) {
+  return t.dim() == 3 && t.size(0) > 1 && t.stride(0) == 0;
+}
 
 // aten::addmm -> addmm; _foo.out has its overload elsewhere in the schema.
 std::string_view baseName(const c10::FunctionSchema& schema) {
