@@ -146,13 +146,14 @@ def device_lanes(trace_path, titles):
 
 def card_prediction(small):
     """The same runs on the card time model, in a child process (the model is
-    chosen when the runtime starts): ({title: modeled seconds}, {title: lanes})."""
+    chosen when the runtime starts): ({title: modeled seconds}, {title: lanes},
+    the card's time by op class with each class's published error)."""
     with tempfile.TemporaryDirectory() as tmp:
         trace = os.path.join(tmp, "card_trace.json")
         env = dict(os.environ, FLEX_STUB_TIMING="card", FLEX_STUB_TRACE=trace)
         argv = [sys.executable, os.path.abspath(__file__), "--card-windows"] + (["--small"] if small else [])
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=True)
-        windows = json.loads(out.stdout.strip().splitlines()[-1])
+        windows, by_class = json.loads(out.stdout.strip().splitlines()[-1])
         with open(trace) as f:
             events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     walls, lanes = {}, {}
@@ -168,13 +169,14 @@ def card_prediction(small):
             run[name] = [(op["cat"], op["ts"] - start_us, op["dur"]) for op in ops]
         walls[f"card: {title}"] = (end_ms - start_ms) / 1e3
         lanes[f"card: {title}"] = run
-    return walls, lanes
+    return walls, lanes, by_class
 
 
 def card_windows(origin, inputs, weight, runs):
     """Child mode (FLEX_STUB_TIMING=card): each run's modeled [start, end] in ms
     from `origin`, the first record (modeled time 0, where the trace starts)."""
     timed_run("warm-up", inputs[:1], weight, runs["3 streams + events"])
+    torch.spyre.card_summary(reset=True)  # the by-class split counts the two runs
     windows = {}
     for title, streams in runs.items():
         start, end = torch.spyre.Event(enable_timing=True), torch.spyre.Event(enable_timing=True)
@@ -183,7 +185,7 @@ def card_windows(origin, inputs, weight, runs):
         end.record()
         end.synchronize()
         windows[title] = [origin.elapsed_time(start), origin.elapsed_time(end)]
-    print(json.dumps(windows))
+    print(json.dumps([windows, torch.spyre.format_card_summary(torch.spyre.card_summary())]))
     return 0
 
 
@@ -261,7 +263,7 @@ def main(argv=None):
     trace_path = os.path.join(args.out, "streams_demo_trace.json")
     png_path = os.path.join(args.out, "streams_demo.png")
     prof.export_chrome_trace(trace_path)
-    card_walls, card_lanes = card_prediction(args.small)
+    card_walls, card_lanes, card_by_class = card_prediction(args.small)
     plot_timeline({**device_lanes(trace_path, list(runs)), **card_lanes}, {**walls, **card_walls},
                   png_path)
 
@@ -278,6 +280,9 @@ def main(argv=None):
         print(f"  {title[len('card: '):]:<20} {seconds * 1e3:9.3f} ms")
     card_single, card_overlapped = card_walls.values()
     print(f"predicted speed-up from overlap on a card: {card_single / card_overlapped:.2f}x")
+    print("card time of both runs by op class (± the class's published model error):")
+    for line in card_by_class.splitlines():
+        print(f"  {line}")
     print(f"wrote {trace_path} and {png_path}")
     return 0 if identical else 1
 

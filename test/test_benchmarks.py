@@ -25,6 +25,7 @@ ROWS = {
     "stub.overlap_2x20ms",
     "stub.overlap_32x20ms",
     "stub.same_stream_2x20ms",
+    "stub.card_launch_after_1m",
     "python.torch_stream",
     "python.with_stream",
     "python.spyre_stream",

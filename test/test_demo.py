@@ -32,6 +32,12 @@ def test_demo_small_writes_trace_and_timeline(tmp_path):
     assert re.search(r"predicted speed-up from overlap on a card: \d+\.\d\dx", proc.stdout), (
         proc.stdout
     )
+    # ... and its time by op class, each with the class's published error (docs/timing.md).
+    assert re.search(r"\n  matmul: \d+\.\d{6} ms ± 25\.1-29\.8 %\n", proc.stdout), proc.stdout
+    assert re.search(r"\n  softmax and norms: \d+\.\d{6} ms ± 21\.1 %\n", proc.stdout), proc.stdout
+    assert re.search(r"\n  copies: \d+\.\d{6} ms \(no published error\)\n", proc.stdout), (
+        proc.stdout
+    )
 
     assert sorted(os.listdir(out)) == ["streams_demo.png", "streams_demo_trace.json"]
     assert (out / "streams_demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -97,7 +97,7 @@ from .streams import (  # noqa: F401,E402
     stream,
 )
 from .sync_debug import get_sync_debug_mode, set_sync_debug_mode  # noqa: E402
-from ._timing import card_profile, card_summary, timing_model  # noqa: E402
+from ._timing import card_profile, card_summary, format_card_summary, timing_model  # noqa: E402
 
 __all__ = [
     # device
@@ -128,7 +128,7 @@ __all__ = [
     # device layouts (upstream torch-spyre's)
     "DataFormats", "SpyreTensorLayout", "get_device_dtype",
     # the card time model
-    "card_profile", "card_summary", "timing_model",
+    "card_profile", "card_summary", "format_card_summary", "timing_model",
 ]
 
 

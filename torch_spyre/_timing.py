@@ -20,6 +20,21 @@ def card_profile() -> dict:
     return _C._card_profile()
 
 
+# Kernel classes in flex::WorkCost::Class order, and each class's error as
+# upstream's cost model publishes it (RMS % against its device measurements;
+# docs/timing.md). None: no published figure.
+_KERNEL_CLASSES = (
+    ("uncounted", None),
+    ("pointwise", (8.5, 8.5)),
+    ("matmul", (25.1, 29.8)),
+    ("batched matmul", (26.5, 40.0)),
+    ("projection matmul", (5.6, 5.6)),
+    ("softmax and norms", (21.1, 21.1)),
+    ("reduction", (7.2, 7.2)),
+    ("data movement", (6.1, 6.1)),
+)
+
+
 def card_summary(reset: bool = False) -> dict:
     """The modeled timeline of the current device since the runtime started (or
     the last reset), in milliseconds of card time:
@@ -28,7 +43,12 @@ def card_summary(reset: bool = False) -> dict:
     operation's modeled duration (what one stream would take); compute_ms,
     copy_ms, collective_ms, other_ms: busy_ms by kind; active_ms: time with at
     least one operation running; overlap_saved_ms: busy_ms - active_ms, the time
-    streams saved by overlapping; streams: {stream id: busy ms}.
+    streams saved by overlapping; streams: {stream id: busy ms}; classes:
+    {class: {"ms": busy ms, "error_pct": (low, high) or None}} for the classes
+    that ran: kernels by class (matmul, batched matmul, projection matmul,
+    pointwise, softmax and norms, reduction, data movement, uncounted) with
+    the error upstream's cost model publishes for the class, then copies,
+    collectives and delays (no published error).
 
     `reset=True` starts the totals again after reading them (the timeline itself
     goes on). Raises RuntimeError when the card time model is off."""
@@ -52,7 +72,38 @@ def card_summary(reset: bool = False) -> dict:
         "active_ms": raw["union_ns"] * ms,
         "overlap_saved_ms": (raw["busy_ns"] - raw["union_ns"]) * ms,
         "streams": {stream: busy * ms for stream, busy in sorted(raw["streams"].items())},
+        "classes": _classes(raw, ms),
     }
+
+
+def _classes(raw: dict, ms: float) -> dict:
+    classes = {}
+    for (name, error), ns in zip(_KERNEL_CLASSES, raw["class_ns"]):
+        if ns:
+            classes[name] = {"ms": ns * ms, "error_pct": error}
+    for name, key in (("copies", "copy_ns"), ("collectives", "collective_ns"),
+                      ("delays", "other_ns")):
+        if raw[key]:
+            classes[name] = {"ms": raw[key] * ms, "error_pct": None}
+    return classes
+
+
+def format_card_summary(summary: dict) -> str:
+    """card_summary()'s time by class as lines a user plans with:
+    "batched matmul: 4.100000 ms ± 26.5-40 %" (the class's published error)."""
+    lines = []
+    for name, entry in summary["classes"].items():
+        error = entry["error_pct"]
+        if error is None:
+            bound = " (no published error)"
+        elif error[0] == error[1]:
+            bound = f" ± {error[1]:g} %"
+        else:
+            bound = f" ± {error[0]:g}-{error[1]:g} %"
+        lines.append(f"{name}: {entry['ms']:.6f} ms{bound}")
+    lines.append(f"total: {summary['total_ms']:.6f} ms (busy {summary['busy_ms']:.6f} ms, "
+                 f"overlap saved {summary['overlap_saved_ms']:.6f} ms)")
+    return "\n".join(lines)
 
 
 # Bytes each card sends over its link, as a multiple of the collective's bytes

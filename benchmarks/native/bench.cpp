@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -29,6 +30,7 @@
 
 #include <flex/testing.hpp>
 
+#include "runtime/costed_launch.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
 
@@ -541,6 +543,34 @@ std::vector<SpyreStream> poolStreams(int count) {
   return streams;  // distinct: at most kStreamsPerPool consecutive hand-outs of one pool
 }
 
+// Card timing with 1 us of modeled host prep per kernel: each launch's busy
+// interval is disjoint from the others. ns per launch (end to end) of `n`
+// 1 KiB kernels after 2^20 launches ("ours") against the first ones ("ref"):
+// the card summary's interval merge is amortised (docs/timing.md, "Summary").
+BenchResult stubCardLaunchAfterMillion(int64_t n, int repeats) {
+  setenv("FLEX_STUB_TIMING", "card", 1);  // before the runtime starts
+  setenv("FLEX_STUB_CARD_HOST_PREP_US", "1", 1);
+  requireFreshProcess("stub.card_launch_after_1m");
+  const SpyreStream stream = getStreamFromPool();
+  flex::WorkCost cost;
+  cost.bytes_read = cost.bytes_written = 1024;
+  int64_t launched = 0;
+  auto batch = [&](int64_t count) {
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < count; ++i) launchComputeWithCost(stream, kNoop, "kernel", 1024, cost);
+    stream.synchronize();
+    launched += count;
+    return nsBetween(start, Clock::now()) / static_cast<double>(count);
+  };
+  BenchResult out;
+  for (int r = 0; r < repeats; ++r) out["ref"].push_back(batch(n));
+  constexpr int64_t kMillion = int64_t{1} << 20;
+  while (launched <= kMillion) batch(std::min<int64_t>(kMillion + 1 - launched, 65536));
+  for (int r = 0; r < repeats; ++r) out["ours"].push_back(batch(n));
+  out["compactions"].push_back(static_cast<double>(flex::test::cardCompactions()));
+  return out;
+}
+
 using Benchmark = BenchResult (*)(int64_t, int);
 
 const std::map<std::string, Benchmark>& registry() {
@@ -558,6 +588,7 @@ const std::map<std::string, Benchmark>& registry() {
        [](int64_t, int repeats) { return stubOverlap(poolStreams(2), 1, repeats); }},
       {"stub.overlap_32_streams",
        [](int64_t, int repeats) { return stubOverlap(poolStreams(kStreamsPerPool), 1, repeats); }},
+      {"stub.card_launch_after_1m", stubCardLaunchAfterMillion},
       {"stub.same_stream_2_delays",
        [](int64_t, int repeats) { return stubOverlap(poolStreams(1), 2, repeats); }},
   };

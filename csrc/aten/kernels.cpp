@@ -5,6 +5,7 @@
 // takes the launch path (aten/launch.h). Device work captures TensorRefs,
 // never tensors (aten/tensor_ref.h: engine threads never touch Python).
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -25,6 +26,7 @@
 #include "aten/stream_copy.h"
 #include "aten/stream_uses.h"
 #include "aten/tensor_ref.h"
+#include "aten/work_cost.h"
 #include "device/allocator.h"
 #include "device/card_rules.h"
 #include "device/dtypes.h"
@@ -215,6 +217,8 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
                                   (narrow ? "|int32" : "");
     const c10::ScalarType from_type = src.scalar_type();
     const c10::ScalarType to_type = dst.scalar_type();
+    std::optional<flex::WorkCost> cost;
+    if (C10_UNLIKELY(launch::cardTiming())) cost = launch::copyCost(src, dst);
     launchVerified(
         stream, signature,
         [&] {
@@ -233,7 +237,7 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
             to.cpuAlias().copy_(from.cpuAlias());
           }
         },
-        "copy", nbytes);
+        "copy", nbytes, cost ? &*cost : nullptr);
   }
   for (const at::Tensor& t : {src, dst}) recordUse(t, stream);
   return host_recorded;

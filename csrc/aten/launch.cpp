@@ -34,12 +34,17 @@ using namespace launch;  // NOLINT: the entry points use every launch part
 
 void launchVerified(const SpyreStream& stream, const std::string& signature,
                     const std::function<void()>& verify, std::function<void()> work,
-                    const char* name, size_t bytes) {
+                    const char* name, size_t bytes, const flex::WorkCost* cost) {
   checkEngineTeamSetting();
   if (!verifiedSignatures().contains(signature)) {
     const at::DisableRecordFunctionGuard unrecorded;  // as in verifyPlan
     verify();
     verifiedSignatures().add(signature);
+  }
+  if (C10_UNLIKELY(cost != nullptr)) {
+    stream.resolveRuntimeHandle();  // the device check launchCompute makes
+    launchComputeWithCost(stream, std::move(work), name, bytes, *cost);
+    return;
   }
   stream.launchCompute(std::move(work), name, bytes);
 }
@@ -186,16 +191,20 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         WarningCollector collector;
       };
       auto outcome = std::make_shared<Outcome>();
-      stream.launchComputeSkippingDeviceCheck(
-          [work, outcome] {
-            const c10::WarningUtils::WarningHandlerGuard collect(&outcome->collector);
-            try {
-              work->run();
-            } catch (const std::exception&) {
-              outcome->failure = std::current_exception();
-            }
-          },
-          name, bytes);
+      auto run = [work, outcome] {
+        const c10::WarningUtils::WarningHandlerGuard collect(&outcome->collector);
+        try {
+          work->run();
+        } catch (const std::exception&) {
+          outcome->failure = std::current_exception();
+        }
+      };
+      // Priced as every later call is: the price depends on the shapes only.
+      if (C10_UNLIKELY(cost.has_value())) {
+        launchComputeWithCost(stream, std::move(run), name, bytes, *cost);
+      } else {
+        stream.launchComputeSkippingDeviceCheck(std::move(run), name, bytes);
+      }
       stream.synchronize();
       for (const c10::Warning& warning : outcome->collector.warnings) c10::warn(warning);
       if (outcome->failure) {

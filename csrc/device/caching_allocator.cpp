@@ -6,6 +6,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
+#include <flex/card.hpp>
 
 #include "runtime/capture.h"
 #include "runtime/host_wait.h"
@@ -312,13 +313,23 @@ void DeviceCachingAllocator::insertEventsLocked(DeviceBlock* block) {
     } catch (const flex::Error&) {
       pending = false;  // failed stream, shut down or forked: its queued work is gone
     }
-    if (!pending) sanitizer::onEventDestroy(event.get());
+    if (!pending) {
+      sanitizer::onEventDestroy(event.get());
+      keepSettledLocked(id, std::move(event));
+    }
     if (pending) {
       events_[id].push_back({std::move(event), block});
       ++block->event_count;
     }
     uses.pop_back();
   }
+}
+
+void DeviceCachingAllocator::keepSettledLocked(c10::StreamId id,
+                                               std::unique_ptr<flex::RuntimeEvent> event) {
+  static const bool card_timing = flex::card::enabled();
+  // Events complete in record order on their stream: a later one covers an earlier.
+  if (card_timing && event) settled_events_[id] = std::move(event);
 }
 
 void DeviceCachingAllocator::processEventsLocked() {
@@ -330,6 +341,7 @@ void DeviceCachingAllocator::processEventsLocked() {
       // The block's reuse is ordered after the uses the event covers.
       sanitizer::onBlockReleased(queue.front().event.get(), block->ptr, block->size);
       sanitizer::onEventDestroy(queue.front().event.get());
+      keepSettledLocked(it->first, std::move(queue.front().event));
       queue.pop_front();
       if (--block->event_count == 0 && !block->deferred) freeBlockLocked(block);
     }
@@ -462,6 +474,7 @@ int64_t DeviceCachingAllocator::blockObjectsMade() {
 void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
   // Blocks waiting for events: wait for the events, then free the blocks.
   std::vector<PendingEvent> pending;
+  std::vector<std::unique_ptr<flex::RuntimeEvent>> settled;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     retryDeferredLocked();
@@ -469,6 +482,8 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
       for (PendingEvent& entry : queue) pending.push_back(std::move(entry));
     }
     events_.clear();
+    for (auto& [id, event] : settled_events_) settled.push_back(std::move(event));
+    settled_events_.clear();
     ++stats_.num_sync_all_streams;
   }
   // A wait that fails (its stream failed: the queued work is gone) still
@@ -477,6 +492,12 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
     for (const PendingEvent& entry : pending) {
       try {
         entry.event->synchronize();
+      } catch (const flex::Error&) {
+      }
+    }
+    for (const auto& event : settled) {
+      try {
+        event->synchronize();  // complete: only the modeled host time moves
       } catch (const flex::Error&) {
       }
     }

@@ -192,6 +192,8 @@ class DeviceCachingAllocator {
   // Retries the deferred frees (may throw: called where throwing is allowed).
   void retryDeferredLocked();
   void processEventsLocked();
+  // Card timing: keeps `event` (complete) as `id`'s latest settled event.
+  void keepSettledLocked(c10::StreamId id, std::unique_ptr<flex::RuntimeEvent> event);
   // `context`: the free's, when the host asked for it now (memory history).
   void freeBlockLocked(DeviceBlock* block, const Context& context = nullptr);
   size_t mergeLocked(DeviceBlock* into, DeviceBlock* neighbour, Pool& pool);
@@ -221,6 +223,11 @@ class DeviceCachingAllocator {
   Pool large_pool_{{}, false};
   // Events recorded at free time, per recorded stream, in record order.
   std::map<c10::StreamId, std::deque<PendingEvent>> events_;
+  // Card timing: per stream, the latest of those events found complete. The
+  // host finding an event complete is a fact of its pace, not of the card's:
+  // empty_cache() waits for these too, so the modeled host time it reaches is
+  // the same whether a query() saw them done or not (docs/timing.md).
+  std::map<c10::StreamId, std::unique_ptr<flex::RuntimeEvent>> settled_events_;
   // Runtime handles by stream id, resolved once (an id never changes handle).
   std::array<flex::RuntimeStream*, kMaxStreamIds> handles_{};
   c10::CachingDeviceAllocator::DeviceStats stats_;

@@ -68,6 +68,30 @@ void bindCardTiming(py::module_& m) {
     d["reduction_floor_gb_per_s"] = p.reduction_floor_gb_per_s;
     d["reduction_boost_gb_per_s"] = p.reduction_boost_gb_per_s;
     d["reduction_rows_scale"] = p.reduction_rows_scale;
+    d["bmm_mac_per_ns_per_core"] = p.bmm_mac_per_ns_per_core;
+    d["bmm_min_batch"] = p.bmm_min_batch;
+    d["bmm_min_cores"] = p.bmm_min_cores;
+    d["projection_mac_per_ns_per_core"] = p.projection_mac_per_ns_per_core;
+    d["projection_wide_mac_per_ns_per_core"] = p.projection_wide_mac_per_ns_per_core;
+    d["projection_batch_knee"] = p.projection_batch_knee;
+    d["pt_full_rows"] = p.pt_full_rows;
+    d["pt_exponent"] = p.pt_exponent;
+    d["spill_area"] = p.spill_area;
+    d["spill_slope"] = p.spill_slope;
+    d["spill_cap"] = p.spill_cap;
+    d["split_area"] = p.split_area;
+    d["split_long_us_per_elem"] = p.split_long_us_per_elem;
+    d["split_short_us_per_elem"] = p.split_short_us_per_elem;
+    d["split_long_knee"] = p.split_long_knee;
+    d["split_short_knee"] = p.split_short_knee;
+    d["cat0"] = py::make_tuple(p.cat0_a, p.cat0_b, p.cat0_d, p.cat0_floor);
+    d["cat1"] = py::make_tuple(p.cat1_a, p.cat1_b, p.cat1_d, p.cat1_floor);
+    d["transpose_outer"] = py::make_tuple(p.transpose_outer_a, p.transpose_outer_b,
+                                          p.transpose_outer_d, p.transpose_outer_floor);
+    d["transpose_outer_m"] = py::make_tuple(p.transpose_outer_m_ref, p.transpose_outer_m_penalty,
+                                            p.transpose_outer_m_floor);
+    d["restickify_gb_per_s"] = p.restickify_gb_per_s;
+    d["reduce_outer_gb_per_s"] = p.reduce_outer_gb_per_s;
     d["host_link_gb_per_s"] = p.host_link_gb_per_s;
     d["collective_link_gb_per_s"] = p.collective_link_gb_per_s;
     d["host_prep_us"] = p.host_prep_us;
@@ -85,6 +109,10 @@ void bindCardTiming(py::module_& m) {
     d["other_ns"] = s.other_ns;
     d["busy_ns"] = s.busy_ns;
     d["union_ns"] = s.union_ns;
+    // Kernel time by class, in WorkCost::Class order (torch_spyre/_timing.py names them).
+    py::list classes;
+    for (int64_t ns : s.class_ns) classes.append(ns);
+    d["class_ns"] = classes;
     // Streams by the pool's ids (the ids users see), not the runtime's.
     std::unordered_map<uint64_t, c10::StreamId> pool_ids;
     for (const auto& [pool_id, runtime_id] : mappedRuntimeStreamIds()) {

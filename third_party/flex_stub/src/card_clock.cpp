@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "completion.hpp"
@@ -15,7 +16,14 @@ namespace flex {
 namespace card {
 namespace {
 
-int64_t roundNs(double ns) { return static_cast<int64_t>(std::llround(ns)); }
+// Whole nanoseconds, saturated: modeled time never wraps (a duration beyond
+// INT64_MAX ns, 292 years, is INT64_MAX).
+int64_t roundNs(double ns) {
+  constexpr double kMax = 9.2233720368547748e18;  // the largest double below 2^63
+  if (!(ns > 0)) return 0;
+  if (ns >= kMax) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(std::llround(ns));
+}
 
 // Device memory time of R bytes read and W written at `bytes_per_ns`, with the
 // read/write turnaround charged on their overlap (upstream's cost model).
@@ -23,11 +31,108 @@ double memoryNs(const Profile& p, double read, double written, double bytes_per_
   return (read + written) / bytes_per_ns + p.rw_turnaround_ns_per_byte * std::min(read, written);
 }
 
+// Upstream's fitted rates fold the turnaround in: bytes over one rate.
 double reductionBytesPerNs(const Profile& p, uint64_t rows) {
   const double rate = p.reduction_floor_gb_per_s +
                       p.reduction_boost_gb_per_s * std::exp(-static_cast<double>(rows) /
                                                             p.reduction_rows_scale);
   return std::min(p.memory_gb_per_s, rate);
+}
+
+double transportBytesPerNs(const Profile& p, const WorkCost& cost) {
+  using Transport = WorkCost::Transport;
+  double a = 0, b = 0, d = 0, floor = 0;
+  switch (cost.transport) {
+    case Transport::Restickify: return p.restickify_gb_per_s;
+    case Transport::ReduceOuter: return p.reduce_outer_gb_per_s;
+    case Transport::Cat0: a = p.cat0_a, b = p.cat0_b, d = p.cat0_d, floor = p.cat0_floor; break;
+    case Transport::Cat1: a = p.cat1_a, b = p.cat1_b, d = p.cat1_d, floor = p.cat1_floor; break;
+    case Transport::TransposeOuter:
+      a = p.transpose_outer_a, b = p.transpose_outer_b, d = p.transpose_outer_d;
+      floor = p.transpose_outer_floor;
+      break;
+  }
+  if (cost.rows == 0 || cost.cols == 0) return floor;
+  const double planes = std::max(1.0, static_cast<double>(cost.cols) / 64.0);
+  const double rows = std::max(2.0, static_cast<double>(cost.rows));
+  double rate = a - b * std::log2(planes) - d * std::log2(rows);
+  rate = std::min(p.memory_gb_per_s, std::max(floor, rate));
+  if (cost.transport == Transport::TransposeOuter && cost.outer > 0 &&
+      static_cast<double>(cost.outer) < p.transpose_outer_m_ref) {
+    rate -= p.transpose_outer_m_penalty *
+            std::log2(p.transpose_outer_m_ref / static_cast<double>(cost.outer));
+    rate = std::max(p.transpose_outer_m_floor, rate);
+  }
+  return rate;
+}
+
+bool isMatmulClass(WorkCost::Class kind) {
+  return kind == WorkCost::Class::Matmul || kind == WorkCost::Class::BatchedMatmul ||
+         kind == WorkCost::Class::Projection;
+}
+
+// The multiply-add rate of one core for a matmul of this class.
+double macRate(const Profile& p, const WorkCost& cost) {
+  if (cost.kind == WorkCost::Class::Projection) {
+    return cost.batch <= static_cast<uint64_t>(p.projection_batch_knee)
+               ? p.projection_mac_per_ns_per_core
+               : p.projection_wide_mac_per_ns_per_core;
+  }
+  if (cost.kind == WorkCost::Class::BatchedMatmul &&
+      cost.batch >= static_cast<uint64_t>(p.bmm_min_batch) && p.cores >= p.bmm_min_cores) {
+    return p.bmm_mac_per_ns_per_core;
+  }
+  return p.matmul_mac_per_ns_per_core;
+}
+
+// A matmul's time on one split of the cores: b batches side by side, the
+// output's rows split m ways and its columns n ways (b m n = cores).
+double matmulNs(const Profile& p, const WorkCost& cost, double m, double n) {
+  const double rows = static_cast<double>(cost.out_rows) / m;  // per core
+  const double cols = static_cast<double>(cost.out_cols) / n;
+  const double fill = rows > 0 ? std::min(1.0, std::pow(rows / p.pt_full_rows, p.pt_exponent))
+                               : 1.0;
+  const double compute =
+      static_cast<double>(cost.macs) / p.cores / (macRate(p, cost) * fill);
+  const double area = rows * cols;
+  const double spill =
+      area > 0 ? std::min(p.spill_cap,
+                          p.spill_slope * std::log2(std::max(1.0, area / p.spill_area)))
+               : 0.0;
+  const double read = static_cast<double>(cost.bytes_read);
+  const double written = static_cast<double>(cost.bytes_written);
+  const double memory = (read + written + static_cast<double>(cost.operand_bytes) * spill) /
+                            p.memory_gb_per_s +
+                        p.rw_turnaround_ns_per_byte * std::min(read, written);
+  // A large tile split many ways re-reads operands beyond the spill; the
+  // longer output dim tolerates fewer ways than the shorter.
+  const bool rows_longer = static_cast<double>(cost.out_rows) >= static_cast<double>(cost.out_cols);
+  const double long_fan = rows_longer ? m : n;
+  const double short_fan = rows_longer ? n : m;
+  const double excess = std::max(0.0, area - p.split_area);
+  const double split_us =
+      excess * (p.split_long_us_per_elem *
+                    std::max(0.0, std::log2(long_fan / p.split_long_knee)) +
+                p.split_short_us_per_elem *
+                    std::max(0.0, std::log2(short_fan / p.split_short_knee)));
+  return std::max(compute, memory) + split_us * 1e3;
+}
+
+// The card's work division of a matmul: the batch first (up to the cores, in
+// powers of two), then the split of the output's rows and columns the model
+// prices lowest (the fewest row splits among equals).
+double matmulClassNs(const Profile& p, const WorkCost& cost) {
+  uint64_t batch_split = 1;
+  while (batch_split * 2 <= std::min<uint64_t>(cost.batch, static_cast<uint64_t>(p.cores))) {
+    batch_split *= 2;
+  }
+  const uint64_t ways = std::max<uint64_t>(1, static_cast<uint64_t>(p.cores) / batch_split);
+  double best = std::numeric_limits<double>::infinity();
+  for (uint64_t m = 1; m <= ways; m *= 2) {
+    best = std::min(best, matmulNs(p, cost, static_cast<double>(m),
+                                   static_cast<double>(ways / m)));
+  }
+  return best;
 }
 
 }  // namespace
@@ -53,12 +158,22 @@ int64_t computeNs(const Profile& p, const WorkCost& cost, uint64_t fallback_byte
     // Not counted: the output is read once and written once (memory bound).
     read = written = static_cast<double>(fallback_bytes);
   }
-  double rate = p.memory_gb_per_s;
-  if (cost.access == WorkCost::Access::Broadcast) rate = p.broadcast_gb_per_s;
-  if (cost.access == WorkCost::Access::Reduction) rate = reductionBytesPerNs(p, cost.rows);
-  const double memory = memoryNs(p, read, written, rate);
+  if (cost.macs != 0 && isMatmulClass(cost.kind) && cost.out_rows != 0 && cost.out_cols != 0) {
+    return roundNs(matmulClassNs(p, cost));
+  }
+  double memory = 0;
+  switch (cost.access) {
+    case WorkCost::Access::Stream: memory = memoryNs(p, read, written, p.memory_gb_per_s); break;
+    case WorkCost::Access::Broadcast: memory = (read + written) / p.broadcast_gb_per_s; break;
+    case WorkCost::Access::Reduction:
+      memory = (read + written) / reductionBytesPerNs(p, cost.rows);
+      break;
+    case WorkCost::Access::Transport:
+      memory = (read + written) / transportBytesPerNs(p, cost);
+      break;
+  }
   const double compute =
-      static_cast<double>(cost.macs) / (p.cores * p.matmul_mac_per_ns_per_core);
+      static_cast<double>(cost.macs) / (p.cores * macRate(p, cost));
   return roundNs(std::max(compute, memory));
 }
 
@@ -157,25 +272,45 @@ int64_t& CardClock::tailLocked(uint64_t stream_id) {
   return tails_[stream_id];
 }
 
+namespace {
+// Modeled times saturate at INT64_MAX instead of wrapping.
+int64_t addSaturated(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<int64_t>::max() : sum;
+}
+
+WorkCost::Class classOf(const Op& op) {
+  const WorkCost& cost = op.cost;
+  if (cost.macs == 0 && cost.bytes_read == 0 && cost.bytes_written == 0) {
+    return WorkCost::Class::Uncounted;
+  }
+  return cost.kind;
+}
+}  // namespace
+
 std::pair<int64_t, int64_t> CardClock::placeLocked(uint64_t stream_id, const Op& op,
                                                    int64_t ready_ns) {
   const int64_t duration = durationNs(op);
   const Resource resource = resourceOf(op);
   int64_t start = ready_ns;
   if (resource != kNone) start = std::max(start, free_at_[resource]);
-  const int64_t end = start + duration;
+  const int64_t end = addSaturated(start, duration);
   if (resource != kNone) free_at_[resource] = end;
   if (duration > 0) {
-    busy_[stream_id] += duration;
+    busy_[stream_id] = addSaturated(busy_[stream_id], duration);
     const Category category = op.kind == OpKind::Compute ? kCompute
                               : op.collective              ? kCollective
                               : resource != kNone          ? kCopy
                                                            : kOther;
-    by_category_[category] += duration;
+    by_category_[category] = addSaturated(by_category_[category], duration);
+    if (category == kCompute) {
+      int64_t& by_class = by_class_[static_cast<size_t>(classOf(op))];
+      by_class = addSaturated(by_class, duration);
+    }
     if (first_start_ < 0 || start < first_start_) first_start_ = start;
     last_end_ = std::max(last_end_, end);
     intervals_.emplace_back(start, end);
-    if (intervals_.size() >= (size_t{1} << 20)) compactLocked();
+    if (intervals_.size() >= compact_at_) compactLocked();
   }
   return {start, end};
 }
@@ -197,7 +332,7 @@ void CardClock::schedule(uint64_t stream_id, Op& op) {
       op.card_start = op.card_end = std::max(tail, host_ns_);
       break;
     case OpKind::Graph: {
-      host_ns_ += prep;
+      host_ns_ = addSaturated(host_ns_, prep);
       int64_t ready = std::max(tail, host_ns_);
       op.card_start = ready;
       op.card_nodes.clear();
@@ -211,7 +346,7 @@ void CardClock::schedule(uint64_t stream_id, Op& op) {
       break;
     }
     default: {
-      if (op.kind == OpKind::Compute) host_ns_ += prep;
+      if (op.kind == OpKind::Compute) host_ns_ = addSaturated(host_ns_, prep);
       const auto [start, end] = placeLocked(stream_id, op, std::max(tail, host_ns_));
       op.card_start = start;
       op.card_end = end;
@@ -241,6 +376,7 @@ void CardClock::anchorActivities(int64_t now_ns) {
 }
 
 void CardClock::compactLocked() {
+  ++compactions_;
   std::sort(intervals_.begin(), intervals_.end());
   std::vector<std::pair<int64_t, int64_t>> merged;
   for (const auto& interval : intervals_) {
@@ -250,7 +386,17 @@ void CardClock::compactLocked() {
       merged.push_back(interval);
     }
   }
+  // Later work starts no earlier than the host's modeled time: what ends by
+  // then is settled. Merged intervals are disjoint, so their lengths add.
+  size_t settled = 0;
+  while (settled < merged.size() && merged[settled].second <= host_ns_) {
+    settled_ns_ = addSaturated(settled_ns_, merged[settled].second - merged[settled].first);
+    ++settled;
+  }
+  merged.erase(merged.begin(), merged.begin() + static_cast<std::ptrdiff_t>(settled));
   intervals_.swap(merged);
+  // Twice what is left: each interval is sorted O(1) times on average.
+  compact_at_ = std::max(kCompactAt, 2 * intervals_.size());
 }
 
 card::Summary CardClock::summary() {
@@ -263,12 +409,19 @@ card::Summary CardClock::summary() {
   s.copy_ns = by_category_[kCopy];
   s.collective_ns = by_category_[kCollective];
   s.other_ns = by_category_[kOther];
-  for (int64_t v : by_category_) s.busy_ns += v;
-  for (const auto& [start, end] : intervals_) s.union_ns += end - start;
+  s.class_ns = by_class_;
+  for (int64_t v : by_category_) s.busy_ns = addSaturated(s.busy_ns, v);
+  s.union_ns = settled_ns_;
+  for (const auto& [start, end] : intervals_) s.union_ns = addSaturated(s.union_ns, end - start);
   for (size_t id = 0; id < busy_.size(); ++id) {
     if (busy_[id] > 0) s.streams.push_back({id, busy_[id]});
   }
   return s;
+}
+
+uint64_t CardClock::compactions() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return compactions_;
 }
 
 void CardClock::reset() {
@@ -277,7 +430,10 @@ void CardClock::reset() {
   // totals start again.
   std::fill(busy_.begin(), busy_.end(), 0);
   by_category_.fill(0);
+  by_class_.fill(0);
   intervals_.clear();
+  compact_at_ = kCompactAt;
+  settled_ns_ = 0;
   first_start_ = -1;
   last_end_ = 0;
 }

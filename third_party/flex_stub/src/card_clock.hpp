@@ -52,10 +52,13 @@ class CardClock {
 
   card::Summary summary();
   void reset();
+  uint64_t compactions();
 
  private:
   enum Resource : int { kNone = -1, kCores = 0, kDma, kLinkIn, kLinkOut, kLink, kResources };
   enum Category : int { kCompute, kCopy, kCollective, kOther };
+  // Intervals kept before the first merge; after a merge, twice what it kept.
+  static constexpr size_t kCompactAt = size_t{1} << 20;
 
   int64_t durationNs(const Op& op) const;
   static Resource resourceOf(const Op& op);
@@ -73,7 +76,14 @@ class CardClock {
   std::vector<int64_t> tails_;  // by stream id
   std::vector<int64_t> busy_;   // by stream id
   std::array<int64_t, 4> by_category_{};
-  std::vector<std::pair<int64_t, int64_t>> intervals_;  // merged when large (summary's union)
+  std::array<int64_t, card::kWorkClasses> by_class_{};
+  // The summary's union of busy time: intervals that end by the modeled host
+  // time are folded into settled_ns_ (later work starts no earlier than it);
+  // the rest are merged when there are compact_at_ of them.
+  std::vector<std::pair<int64_t, int64_t>> intervals_;
+  size_t compact_at_ = kCompactAt;
+  int64_t settled_ns_ = 0;
+  uint64_t compactions_ = 0;
   int64_t first_start_ = -1;
   int64_t last_end_ = 0;
 };

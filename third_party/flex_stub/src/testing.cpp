@@ -46,4 +46,10 @@ size_t stopTrace(const std::string& path) {
   return detail::trace::stopAndWrite(path, context ? context->cardIndex() : 0);
 }
 
+uint64_t cardCompactions() {
+  const RuntimeContext* context = RuntimeContext::get();
+  detail::CardClock* clock = context ? context->impl()->card_clock.get() : nullptr;
+  return clock ? clock->compactions() : 0;
+}
+
 }  // namespace flex::test

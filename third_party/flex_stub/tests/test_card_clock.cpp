@@ -1,8 +1,11 @@
 // The card time model (FLEX_STUB_TIMING=card, flex/card.hpp): durations from the
 // profile, and a timeline ordered by streams, resources, events and host waits.
+#include <chrono>
+#include <limits>
 #include <vector>
 
 #include "flex/card.hpp"
+#include "flex/testing.hpp"
 #include "util.hpp"
 
 using flex::CompositeAddress;
@@ -127,4 +130,118 @@ TEST(card_timeline_overlaps_resources_and_serializes_streams) {
   CHECK_EQ(summary.busy_ns - summary.union_ns, std::min(copy_ns, mm_ns));
   context->deallocate(a);
   context->deallocate(b);
+}
+
+namespace {
+WorkCost matmulCost(WorkCost::Class kind, uint64_t batch, uint64_t m, uint64_t n, uint64_t k,
+                    bool shared_right) {
+  WorkCost cost;
+  cost.kind = kind;
+  cost.batch = batch;
+  cost.out_rows = m;
+  cost.out_cols = n;
+  cost.macs = batch * m * n * k;
+  cost.operand_bytes = batch * m * k * 2 + (shared_right ? 1 : batch) * k * n * 2;
+  cost.bytes_read = cost.operand_bytes;
+  cost.bytes_written = batch * m * n * 2;
+  return cost;
+}
+
+WorkCost transportCost(WorkCost::Transport transport, uint64_t read, uint64_t written,
+                       uint64_t rows, uint64_t cols) {
+  WorkCost cost;
+  cost.kind = WorkCost::Class::DataMovement;
+  cost.access = WorkCost::Access::Transport;
+  cost.transport = transport;
+  cost.bytes_read = read;
+  cost.bytes_written = written;
+  cost.rows = rows;
+  cost.cols = cols;
+  return cost;
+}
+}  // namespace
+
+// Each class's duration equals upstream's cost model (a3128985) on the same
+// kernel, float16 on 32 cores (docs/timing.md, "Validation"), in whole ns.
+TEST(card_classes_follow_upstreams_cost_model) {
+  const flex::card::Profile p;
+  using Class = WorkCost::Class;
+  using Transport = WorkCost::Transport;
+  // 2-D: the spill re-read of a 2048 x 64 tile makes it memory bound.
+  CHECK_EQ(flex::card::computeNs(p, matmulCost(Class::Matmul, 1, 2048, 2048, 2048, false), 0),
+           266254);
+  // Batched, default tile order: 160 MAC/ns/core from batch 4.
+  CHECK_EQ(flex::card::computeNs(p, matmulCost(Class::BatchedMatmul, 16, 512, 512, 64, false), 0),
+           88234);
+  CHECK_EQ(flex::card::computeNs(p, matmulCost(Class::BatchedMatmul, 4, 1024, 1024, 512, false),
+                                 0),
+           419430);
+  // Projections: 705 MAC/ns/core up to batch 4, 470 above.
+  CHECK_EQ(flex::card::computeNs(p, matmulCost(Class::Projection, 2, 1024, 1024, 1024, true), 0),
+           95190);
+  CHECK_EQ(flex::card::computeNs(p, matmulCost(Class::Projection, 8, 512, 768, 768, true), 0),
+           160633);
+  CHECK_EQ(flex::card::computeNs(
+               p, transportCost(Transport::Cat0, 8388608, 8388608, 4096, 1024), 0),
+           218453);
+  CHECK_EQ(flex::card::computeNs(
+               p, transportCost(Transport::Restickify, 4194304, 4194304, 0, 0), 0),
+           72316);
+  CHECK_EQ(flex::card::computeNs(
+               p, transportCost(Transport::ReduceOuter, 16777216, 4096, 0, 0), 0),
+           148507);
+  WorkCost rows;
+  rows.kind = Class::Reduction;
+  rows.access = WorkCost::Access::Reduction;
+  rows.bytes_read = 16777216;
+  rows.bytes_written = 8192;
+  rows.rows = 4096;
+  CHECK_EQ(flex::card::computeNs(p, rows, 0), 125112);
+}
+
+TEST(card_durations_saturate_instead_of_overflowing) {
+  util::setEnv("FLEX_STUB_TIMING", "card");
+  auto* context = util::context();
+  RuntimeStream* stream = context->getDefaultStream();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  RuntimeEvent start(true), end(true);
+  start.record(stream);
+  // Two delays whose sum passes INT64_MAX (the runtime stops their sleep at exit).
+  stream->launchOperationDelay(std::chrono::nanoseconds(kMax / 2 + 1));
+  stream->launchOperationDelay(std::chrono::nanoseconds(kMax / 2 + 1));
+  end.record(stream);
+  const flex::card::Summary summary = flex::card::summary();
+  CHECK_EQ(summary.end_ns, kMax);
+  CHECK_EQ(summary.busy_ns, kMax);
+  CHECK_EQ(summary.other_ns, kMax);
+  CHECK_EQ(summary.union_ns, kMax);
+}
+
+// A million launches: the busy intervals are merged when 2^20 have gathered,
+// and what ends before the modeled host time is settled, so each launch keeps
+// its cost (no merge per launch after the first million).
+TEST(card_clock_merges_its_intervals_amortised) {
+  util::setEnv("FLEX_STUB_TIMING", "card");
+  util::setEnv("FLEX_STUB_CARD_HOST_PREP_US", "1");
+  auto* context = util::context();
+  RuntimeStream* stream = context->getDefaultStream();
+  ComputeParams params;
+  params.cost.bytes_read = 1024;
+  params.cost.bytes_written = 1024;
+  const int64_t each = flex::card::computeNs(flex::card::profile(), params.cost, 0);
+  constexpr uint64_t kLaunches = (uint64_t{1} << 20) + 1000;
+  for (uint64_t i = 0; i < kLaunches; ++i) {
+    params.fn = [] {};
+    stream->launchOperationCompute(&params);
+  }
+  // Merged once, at the 2^20th launch (one interval left: the last, still
+  // running at the host's time); the 1000 launches after it do not merge
+  // (a merge per launch from there on took 276 ms each).
+  CHECK_EQ(flex::test::cardCompactions(), uint64_t{1});
+  const flex::card::Summary summary = flex::card::summary();
+  CHECK_EQ(flex::test::cardCompactions(), uint64_t{2});
+  CHECK_EQ(summary.busy_ns, static_cast<int64_t>(kLaunches) * each);
+  CHECK_EQ(summary.union_ns, summary.busy_ns);  // disjoint: 1 us of host prep apart
+  CHECK_EQ(summary.end_ns, static_cast<int64_t>(kLaunches) * 1000 + each);
+  stream->synchronize();
 }

@@ -149,13 +149,34 @@ struct D2DParams {
 // prices the launch's `bytes` as one read and one write).
 struct WorkCost {
   // How the kernel streams memory: plain, with a broadcast operand (loaded
-  // once, reused), or a reduction of `rows` rows (a full read, a small write).
-  enum class Access : uint8_t { Stream, Broadcast, Reduction };
+  // once, reused), a reduction of `rows` rows (a full read, a small write), or
+  // a stick-plane transport (`transport`, rows x cols).
+  enum class Access : uint8_t { Stream, Broadcast, Reduction, Transport };
+  // The kernel's class: it sets the multiply-add rate and where the card
+  // summary counts the kernel's time. Uncounted: priced by the fallback rule.
+  enum class Class : uint8_t {
+    Uncounted, Pointwise, Matmul, BatchedMatmul, Projection, Normalization, Reduction,
+    DataMovement
+  };
+  // Stick-plane transports, by upstream's names (docs/timing.md).
+  enum class Transport : uint8_t { Cat0, Cat1, TransposeOuter, Restickify, ReduceOuter };
   uint64_t macs = 0;
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   Access access = Access::Stream;
-  uint64_t rows = 0;  // Reduction: the rows reduced (its output elements)
+  uint64_t rows = 0;  // Reduction: the rows of its input; Transport: its rows
+  Class kind = Class::Pointwise;
+  // Matmul classes: the batch (1 for 2-D), one matmul's output rows and
+  // columns, and the operands' bytes |A| + |B| (what a tile spill re-reads).
+  uint64_t batch = 1;
+  uint64_t out_rows = 0;
+  uint64_t out_cols = 0;
+  uint64_t operand_bytes = 0;
+  // Transport: the stick dim's length and, for TransposeOuter, the swapped
+  // outer dim (the output's contiguous stick run).
+  Transport transport = Transport::Cat1;
+  uint64_t cols = 0;
+  uint64_t outer = 0;
 };
 
 // Compute: a host function executed on the device's timeline (how the stub runs

@@ -46,4 +46,8 @@ size_t stopTrace(const std::string& path);
 uint64_t launchedOps(const RuntimeStream* stream);
 uint64_t completedOps(const RuntimeStream* stream);
 
+// How many times the card clock has merged its busy intervals since the
+// context was created (0 without card timing): the merge is amortised.
+uint64_t cardCompactions();
+
 }  // namespace flex::test
