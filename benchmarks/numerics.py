@@ -50,7 +50,7 @@ def rows(quick, repeats, selected):
         ours.append(measure("dl16:nnp1", adds, matmuls))
         ref.append(measure("ieee", adds, matmuls))
     result = []
-    for i, (name, target) in enumerate(zip(names, (at_most(1.5), at_most(1.5)))):
+    for i, (name, target) in enumerate(zip(names, (at_most(2), at_most(1.2)))):
         if selected(name):
             result.append(Row(name, statistics.median(o[i] for o in ours),
                               statistics.median(r[i] for r in ref), "ns", "ieee (switch off)",

@@ -373,3 +373,43 @@ def test_a_transformer_trains_under_the_switch_within_dlfloat16s_rounding():
     for k, (a, b, z) in enumerate(zip(on, off, largest), start=1):
         assert abs(a - b) <= 2 * k * u * z, (k, a, b, z)
     assert on[-1] != off[-1]  # the switch rounds
+
+
+# ---------------------------------------------------------------- compiled kernels, collectives
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_compiled_kernels_outputs_round():
+    proc = run_python("""
+        import torch
+        half = dict(dtype=torch.float16, device="spyre")
+        add = torch.compile(lambda a, b: a + b)
+        print(add(torch.tensor([1024.0, 2048.0], **half), torch.tensor([1.0, 2.0], **half))
+              .cpu().tolist())
+        mul = torch.compile(lambda a: a * 16)
+        torch.spyre.numerics_report(reset=True)
+        print(mul(torch.tensor([2.0**30, 1.0], dtype=torch.bfloat16, device="spyre")).cpu().tolist())
+        print(list(torch.spyre.numerics_report().values()))
+    """, env={"TORCH_SPYRE_NUMERICS": "dl16"}, timeout=280)
+    assert proc.stdout.splitlines() == ["[1026.0, 2052.0]", "[nan, 16.0]", "[1]"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("staging", ["0", "1"], ids=["direct", "staged"])
+def test_all_reduce_results_round(tmp_path, staging):
+    """Rank r holds 512 + r: the sum, 1025, is a float16 tie; nnp1 stores 1026."""
+    from _helpers import PRELUDE, rank_results, torchrun
+
+    torchrun(tmp_path, PRELUDE + """
+dist.init_process_group("spyreccl")
+t = torch.tensor([512.0 + dist.get_rank(), 1.0], dtype=torch.float16, device="spyre")
+dist.all_reduce(t)
+torch.spyre.synchronize()
+out["sum"] = t.cpu().tolist()
+out["numerics"] = torch.spyre.numerics()
+dist.destroy_process_group()
+save()
+""", env={"TORCH_SPYRE_NUMERICS": "dl16", "SPYRECCL_STAGING": staging}, timeout=280)
+    assert rank_results(tmp_path) == [{"sum": [1026.0, 2.0], "numerics": "dl16:nnp1"}] * 2
