@@ -142,7 +142,8 @@ uint16_t storedBits(c10::ScalarType dtype, uint16_t bits, dl16::Profile profile)
 int64_t roundToDl16(const at::Tensor& t) {
   if (!dl16Writes() || !isDl16Dtype(t.scalar_type()) || t.numel() == 0) return 0;
   const StoredTable& table = t.scalar_type() == c10::kHalf ? *half_table : *bfloat16_table;
-  const at::Tensor dense = t.contiguous();
+  // Op outputs are almost always contiguous: then no dispatch, only the lookups.
+  const at::Tensor dense = t.is_contiguous() ? t : t.contiguous();
   auto* data = static_cast<uint16_t*>(dense.data_ptr());
   int64_t overflowed = 0;
   for (int64_t i = 0, n = dense.numel(); i < n; ++i) {
