@@ -44,7 +44,7 @@ def rows(quick, repeats, selected):
     names = ("numerics.add_1k_dl16", "numerics.matmul_512_dl16")
     if not any(selected(name) for name in names):
         return []
-    adds, matmuls = (100, 2) if quick else (1000, 10)
+    adds, matmuls = (100, 1) if quick else (1000, 10)
     ours, ref = [], []
     for _ in range(repeats):
         ours.append(measure("dl16:nnp1", adds, matmuls))
