@@ -23,6 +23,7 @@ import compute
 import first_result
 import graphs
 import native
+import numerics
 import profiling
 import python_api
 import round_trip
@@ -115,6 +116,7 @@ def main(argv=None):
         + python_api.rows(args.quick, repeats, selected)
         + round_trip.rows(args.quick, repeats, selected)
         + compute.rows(args.quick, repeats, selected)
+        + numerics.rows(args.quick, repeats, selected)
         + compiled.rows(args.quick, repeats, selected)
         + graphs.rows(args.quick, repeats, selected)
         + sync_path.rows(args.quick, repeats, selected)

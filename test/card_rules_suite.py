@@ -14,6 +14,7 @@ silent when disabled, a 128-byte stick for two float16 values; and each card rul
 Upstream's code is not here: its tests were run against this tier's switch by hand
 (docs/development.md, "Tests")."""
 
+import math
 import os
 import re
 import warnings
@@ -60,11 +61,14 @@ def downcast_warnings(rec):
 
 def card_values(dtype):
     """64x64 values `dtype` holds exactly (floats are rounded on the host), so a copy to the device
-    and back must give the same bits; int64 ones stay in int16's range, which int32 keeps."""
+    and back must give the same bits; int64 ones stay in int16's range, which int32 keeps, and
+    float16 ones are bfloat16 values, which DLFloat16 holds too (the tier's numerics)."""
     if dtype == torch.bool:
         values = torch.arange(4096) % 3 == 0
     elif dtype == torch.int64:
         values = torch.arange(4096) * 16 - 32768
+    elif dtype == torch.float16:
+        values = torch.linspace(-3.0, 3.0, 4096).to(torch.bfloat16).to(dtype)
     elif dtype.is_floating_point:
         values = torch.linspace(-3.0, 3.0, 4096).to(dtype)
     else:
@@ -338,3 +342,20 @@ def test_kernels_on_padded_tensors_compute_cpus_values():
     assert torch.equal((on_device[:, 3:7] * 2).cpu(), x[:, 3:7] * 2)
     assert torch.equal(on_device.sum(dim=1, dtype=torch.float32).cpu(),
                        x.sum(dim=1, dtype=torch.float32))
+
+
+# ---------------------------------------------------------------- DLFloat16 numerics
+
+
+def test_float16_and_bfloat16_hold_dlfloat16_values_under_the_card_rules():
+    """The card rules' default numerics (docs/tensors.md, "DLFloat16"): 1025 and -2.001953125
+    are float16 ties, rounded away from zero by the nnp1 profile; 65504 rounds to 65536, past
+    float16's range; a bfloat16 above 8.57e9 becomes the NaN/infinity code. float32 stays IEEE."""
+    assert torch.spyre.numerics() == "dl16:nnp1"
+    torch.spyre.numerics_report(reset=True)
+    half = torch.tensor([1025.0, -2.001953125, 65504.0], dtype=torch.float16, device="spyre")
+    assert half.cpu().tolist() == [1026.0, -2.00390625, math.inf]
+    big = torch.tensor([2.0**30], dtype=torch.bfloat16, device="spyre") * 8
+    assert math.isnan(big.item())
+    assert (torch.tensor([1025.0], device="spyre") * 1).item() == 1025.0
+    assert torch.spyre.numerics_report() == {"aten::copy_": 1, "aten::mul.out": 1}

@@ -36,6 +36,7 @@ DEVICE_ENV = (
     "SPYRE_PIN_ENGINE_TEAMS",
     "OMP_PROC_BIND",
     "GOMP_CPU_AFFINITY",
+    "TORCH_SPYRE_NUMERICS",
 )
 
 # Variables read only once the runtime starts (or later), never at `import torch`: a child of the

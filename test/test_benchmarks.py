@@ -39,6 +39,8 @@ ROWS = {
     "compute.mlp_train_step",
     "compute.two_streams",
     "sanitizer.add_1k_on",
+    "numerics.add_1k_dl16",
+    "numerics.matmul_512_dl16",
     "compile.mlp_forward",
     "compile.transformer_block",
     "compile.transformer_block_on_cpu",

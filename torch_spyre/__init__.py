@@ -45,6 +45,8 @@ from ._device import (  # noqa: F401,E402
     is_available,
     is_bf16_supported,
     is_initialized,
+    numerics,
+    numerics_report,
     set_device,
     set_downcast_warning,
     synchronize,
@@ -104,7 +106,7 @@ __all__ = [
     "current_device", "device", "device_count", "device_of", "get_amp_supported_dtype",
     "get_device_capability", "get_device_name", "get_device_properties", "init",
     "is_available", "is_bf16_supported", "is_initialized", "set_device", "synchronize",
-    "get_downcast_warning", "set_downcast_warning", "card_rules",
+    "get_downcast_warning", "set_downcast_warning", "card_rules", "numerics", "numerics_report",
     # streams and events
     "Event", "Stream", "StreamContext", "current_stream", "default_stream",
     "host_compute_stream", "set_stream", "stream",

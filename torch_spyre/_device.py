@@ -262,3 +262,26 @@ def card_rules() -> bool:
     (TORCH_SPYRE_CARD_RULES=1: the card's dtypes, int64 stored as int32, 128-byte
     allocation sticks). Raises ValueError for a value of the variable other than 0 or 1."""
     return _C._card_rules()
+
+
+def numerics() -> str:
+    """What float16 and bfloat16 values in device memory are (TORCH_SPYRE_NUMERICS):
+    ``"ieee"`` (torch's formats, values equal to CPU's), ``"dl16:nnp1"`` or
+    ``"dl16:card-2026-06"`` (DLFloat16 under that rounding profile: every value written is
+    rounded, as on a card; docs/tensors.md, "DLFloat16"). Raises ValueError for an unknown
+    value of the variable."""
+    return _C._numerics()
+
+
+def numerics_report(reset: bool = False) -> dict:
+    """Under DLFloat16 numerics, how many finite float16 or bfloat16 values each op turned
+    into NaN or infinity by rounding to DLFloat16 (beyond the card's range), by op name
+    (``"aten::mul.out"``, ``"aten::copy_"``, ``"aten::fill_"``, a compiled kernel's name,
+    ``"spyreccl:allreduce"``), since the process started or the last ``reset=True``. Counts
+    work that has run: synchronize first. Empty with the switch off."""
+    if type(reset) is not bool:
+        raise TypeError(f"numerics_report: reset must be a bool, got {reset!r}")
+    report = _C._numerics_report()
+    if reset:
+        _C._reset_numerics_report()
+    return report

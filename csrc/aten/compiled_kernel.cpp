@@ -8,6 +8,7 @@
 #include "aten/engine_team.h"
 #include "aten/sanitizer_accesses.h"
 #include "aten/stream_uses.h"
+#include "device/numerics.h"
 #include "flex/flex.hpp"
 
 namespace spyre {
@@ -43,6 +44,9 @@ void CompiledKernel::setTensor(Arguments& args, size_t index, const at::Tensor& 
   if (sanitizer::accessesWanted()) {
     sanitizer::addTensor(args.accesses, t, /*write=*/kinds_[index] == 'p');
   }
+  if (C10_UNLIKELY(dl16Writes()) && kinds_[index] == 'p' && isDl16Dtype(t.scalar_type())) {
+    args.dl16_writes.push_back(TensorRef::of(t));
+  }
   // The kernel runs on an engine: it reaches the tensor through the executors' view.
   args.slots[index] = reinterpret_cast<uintptr_t>(flex::executorAddress(t.data_ptr()));
   args.bytes += t.nbytes();
@@ -53,10 +57,11 @@ void CompiledKernel::launch(const SpyreStream& stream, Arguments args) const {
   checkEngineTeamSetting();
   const size_t bytes = args.bytes;
   if (sanitizer::accessesWanted()) sanitizer::onLaunch(stream.id(), name_, args.accesses);
+  std::string rounded_op = args.dl16_writes.empty() ? std::string() : name_;
   // The library holding the entry point is never unloaded (ctypes does not
   // dlclose), so queued work may outlive this object.
   stream.launchCompute(
-      [entry = entry_, args = std::move(args)]() mutable {
+      [entry = entry_, args = std::move(args), name = std::move(rounded_op)]() mutable {
         placeEngineTeam(/*may_fork=*/true);  // inductor's kernels fork by their own rules
         for (auto& [index, value] : args.scalars) {
           args.slots[index] = reinterpret_cast<uintptr_t>(value.data());
@@ -65,6 +70,9 @@ void CompiledKernel::launch(const SpyreStream& stream, Arguments args) const {
         params.reserve(args.slots.size());
         for (uint64_t& slot : args.slots) params.push_back(&slot);
         entry(params.data());
+        int64_t overflowed = 0;
+        for (const TensorRef& ref : args.dl16_writes) overflowed += roundToDl16(ref.cpuAlias());
+        if (overflowed != 0) recordOverflow(name, overflowed);
       },
       name_.c_str(), bytes);
 }

@@ -19,6 +19,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "aten/tensor_ref.h"
 #include "runtime/sanitizer.h"
 #include "runtime/stream.h"
 
@@ -40,6 +41,9 @@ class CompiledKernel {
     std::vector<std::pair<size_t, std::array<char, 16>>> scalars;
     size_t bytes = 0;  // device bytes the kernel touches (for the stream's accounting)
     std::vector<sanitizer::Access> accesses;  // filled only while the sanitizer is on
+    // Under DLFloat16 numerics, the float16 and bfloat16 tensors the kernel
+    // writes: rounded once it ran (device/numerics.h).
+    std::vector<TensorRef> dl16_writes;
   };
 
   // `kinds` has one letter per argument: 'p' a device pointer the kernel

@@ -31,6 +31,7 @@
 #include "device/card_rules.h"
 #include "device/dtypes.h"
 #include "device/generator.h"
+#include "device/numerics.h"
 #include "runtime/capture.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
@@ -200,7 +201,13 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
   // host or another dtype copies into it is narrowed (card_rules.h).
   const bool narrow = dst.scalar_type() == c10::kLong && !dst.is_cpu() &&
                       (src.is_cpu() || src.scalar_type() != c10::kLong) && cardRules();
-  if (!narrow && isDmaCompatible(src, dst)) {
+  // Under DLFloat16 numerics what the host or another dtype writes into a
+  // float16 or bfloat16 spyre tensor is rounded; a same-dtype device copy
+  // moves values already rounded (device/numerics.h).
+  const bool to_dl16 = C10_UNLIKELY(dl16Writes()) && !dst.is_cpu() &&
+                     isDl16Dtype(dst.scalar_type()) &&
+                     (src.is_cpu() || src.scalar_type() != dst.scalar_type());
+  if (!narrow && !to_dl16 && isDmaCompatible(src, dst)) {
     if (src.is_cpu()) {
       stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else if (dst.is_cpu()) {
@@ -214,7 +221,7 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
     // cannot convert raises here instead of failing the stream.
     const std::string signature = std::string("copy|") + c10::toString(src.scalar_type()) +
                                   "->" + c10::toString(dst.scalar_type()) +
-                                  (narrow ? "|int32" : "");
+                                  (narrow ? "|int32" : "") + (to_dl16 ? "|dl16" : "");
     const c10::ScalarType from_type = src.scalar_type();
     const c10::ScalarType to_type = dst.scalar_type();
     std::optional<flex::WorkCost> cost;
@@ -227,7 +234,8 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
               .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
         },
         [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive),
-         narrow, may_fork = mayForkTeam(dst.numel(), false)] {
+         narrow, to_dl16, op = std::string(to_dl16 ? (op != nullptr ? op : "aten::copy_") : ""),
+         may_fork = mayForkTeam(dst.numel(), false)] {
           const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
           if (narrow) {
             // As CPU converts to int64, then int64 -> int32 -> int64: the low
@@ -235,6 +243,10 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
             to.cpuAlias().copy_(from.cpuAlias().to(at::kLong).to(at::kInt));
           } else {
             to.cpuAlias().copy_(from.cpuAlias());
+          }
+          if (to_dl16) {
+            const int64_t overflowed = roundToDl16(to.cpuAlias());
+            if (overflowed != 0) recordOverflow(op, overflowed);
           }
         },
         "copy", nbytes, cost ? &*cost : nullptr);
@@ -379,6 +391,11 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
     value = narrowToInt32(requested.to<int64_t>());
     if (value.to<int64_t>() != requested.to<int64_t>()) warnInt64Downcast();
   }
+  bool overflowed = false;
+  if (C10_UNLIKELY(dl16Writes())) {
+    // DLFloat16 numerics: the fill stores the value rounded (device/numerics.h).
+    value = roundedFillValue(self.scalar_type(), value, overflowed);
+  }
   const size_t nbytes = self.numel() * self.element_size();
   if (nbytes == 0) {
     return self;
@@ -388,6 +405,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
     sanitizer::addTensor(accesses, self, /*write=*/true);
     sanitizer::onLaunch(stream.id(), "aten::fill_.Scalar", accesses);
   }
+  if (C10_UNLIKELY(overflowed)) recordOverflow("aten::fill_", self.numel());
   const auto fill = self.is_non_overlapping_and_dense() && !self.is_conj() && !self.is_neg()
                         ? deviceFill(self.scalar_type(), value)
                         : std::nullopt;

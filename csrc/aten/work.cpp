@@ -9,12 +9,14 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/accumulate.h>
 
+#include "aten/argument_writes.h"
 #include "aten/engine_team.h"
 #include "aten/launch.h"
 #include "aten/op_arguments.h"
 #include "aten/openmp.h"
 #include "aten/stream_uses.h"
 #include "device/allocator.h"
+#include "device/numerics.h"
 
 namespace spyre {
 
@@ -151,6 +153,22 @@ void Work::copyResult(const TensorRef& out, const at::Tensor& result, const at::
   alias.copy_(result);
 }
 
+void Work::roundWrites(c10::ArrayRef<const Slot*> written) const {
+  int64_t overflowed = 0;
+  auto roundRef = [&](const TensorRef& ref) {
+    if (isDl16Dtype(ref.dtype) && !ref.cpu_scalar) overflowed += roundToDl16(ref.cpuAlias());
+  };
+  for (const auto& refs : outputs) {
+    for (const TensorRef& ref : refs) roundRef(ref);
+  }
+  for (const Slot* slot : written) {
+    for (const auto& ref : slot->refs) {
+      if (ref) roundRef(*ref);
+    }
+  }
+  if (overflowed != 0) recordOverflow(c10::toString(cpu_op.operator_name()), overflowed);
+}
+
 bool Work::mayForkTeam() const {
   int64_t largest = 0;
   auto add = [&](const TensorRef& ref) {
@@ -180,6 +198,18 @@ void Work::run() {
   thread_local Stack replayed;
   Stack owned;
   Stack& stack = replayable ? replayed : owned;
+  // DLFloat16 numerics: the slots the op writes in place, found before the
+  // arguments are moved into the stack; rounded with the outputs below.
+  c10::SmallVector<const Slot*, 2> written;
+  const bool to_dl16 = C10_UNLIKELY(dl16Writes());
+  if (to_dl16) {
+    const Stack& arguments = replayable ? replay_stack : args;
+    for (const Slot& slot : slots) {
+      if (writesInPlace(cpu_op.schema(), arguments, static_cast<size_t>(slot.index))) {
+        written.push_back(&slot);
+      }
+    }
+  }
   if (replayable) {
     stack.assign(replay_stack.begin(), replay_stack.end());
   } else {
@@ -218,6 +248,7 @@ void Work::run() {
       }
     }
   }
+  if (to_dl16) roundWrites(written);
   stack.clear();  // results die now, not at the next node
   // The arguments' buffer goes back to the work, freed with it (by the host).
   if (!replayable) args = std::move(owned);

@@ -91,6 +91,10 @@ struct Work {
   // The same into `alias`, out's CPU alias made earlier.
   void copyResult(const TensorRef& out, const at::Tensor& result, const at::Tensor& alias);
 
+  // DLFloat16 numerics (device/numerics.h): rounds the outputs and the
+  // `written` slots once the kernel ran, and reports what overflowed.
+  void roundWrites(c10::ArrayRef<const Slot*> written) const;
+
   // Whether the kernel may fork the engine's OpenMP team (engine_team.h).
   bool mayForkTeam() const;
 

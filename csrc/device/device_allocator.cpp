@@ -10,6 +10,7 @@
 #include "device/caching_allocator.h"
 #include "device/card_rules.h"
 #include "device/fork_gate.h"
+#include "device/numerics.h"
 #include "runtime/runtime.h"
 
 namespace spyre {
@@ -106,6 +107,7 @@ c10::DataPtr allocateSkippingDeviceCheck(size_t nbytes, c10::DeviceIndex device)
     return {nullptr, nullptr, nullptr, where};  // as CUDA: no memory, no stats
   }
   runtimeContext();  // raises after free_runtime(), even when the cache could serve
+  resolveNumerics();  // known before anything is written to device memory
   // Under the card's rules the card's unit: whole 128-byte sticks.
   DeviceBlock* block = theBlockPools().malloc(deviceAllocationBytes(nbytes), device);
   return {block->ptr, block, &freeDeviceBlock, where};

@@ -53,5 +53,6 @@ void bindPeerAccessWindows(py::module_& m);  // peer_window_bindings.cpp
 void bindSanitizer(py::module_& m);        // sanitizer_bindings.cpp
 void bindSyncDebug(py::module_& m);        // sync_debug_bindings.cpp
 void bindGraphs(py::module_& m);           // graph_bindings.cpp
+void bindNumerics(py::module_& m);         // numerics_bindings.cpp (DLFloat16)
 
 }  // namespace spyre::python

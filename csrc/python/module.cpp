@@ -63,5 +63,6 @@ PYBIND11_MODULE(_C, m) {
   bindSanitizer(m);
   bindSyncDebug(m);
   bindGraphs(m);
+  bindNumerics(m);
   bindFutures(m);
 }

@@ -58,6 +58,11 @@ class _Progress:
                     comm_stream.wait_event(called)
                 staging.window.enqueue(comm_stream.stream_id, comm_stream.device_index,
                                        f"spyreccl:{name}")
+                # DLFloat16 numerics: what gloo writes in place is rounded after the window.
+                for tensor, write in staging.in_place:
+                    if write:
+                        _C._round_written_on(tensor, comm_stream.stream_id,
+                                             comm_stream.device_index, f"spyreccl:{name}")
             work = SpyreCCLWork(name, staging, outputs, comm_stream, called, self._timeout)
             ready = called if staging.waits_for_caller else None
             self._pending += 1
