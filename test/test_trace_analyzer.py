@@ -202,3 +202,31 @@ def test_with_card_timing_the_summary_holds_the_modeled_times(tmp_path):
                 assert int(args["TS4"]) - int(args["TS3"]) == round(e["dur"] * 1000)
     # Modeled times depend on the program only: two runs give the same summary.
     assert tables[0] == tables[1]
+
+
+def test_the_runtimes_own_trace_is_summarized_by_kernel(tmp_path):
+    # FLEX_STUB_TRACE: the runtime's Chrome trace, read as the card's own (flex) traces are.
+    # One stream: the analyzer takes a flex trace's card for a single stream.
+    trace = tmp_path / "flex_trace.json"
+    run_python("""
+        import torch
+        torch.manual_seed(0)
+        x = torch.randn(64, 64, device="spyre"); w = torch.randn(64, 64, device="spyre")
+        for _ in range(2):
+            y = (torch.relu(x @ w) + 1).cpu()
+    """, env={"FLEX_STUB_TRACE": str(trace)}, timeout=240)
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    names = collections.Counter(e["name"] for e in events)
+    # randn fills on the host and copies in; the two D2H copies bring y back
+    assert names == {"Memcpy (HtoD)": 2, "aten::mm Cmpt Exec": 2, "aten::relu Cmpt Exec": 2,
+                     "aten::add Cmpt Exec": 2, "Memcpy (DtoH)": 2}
+    totals = collections.defaultdict(float)
+    for e in events:
+        if e["cat"] == "compute":
+            assert int(e["args"]["TS4"]) - int(e["args"]["TS3"]) == round(e["dur"] * 1000)
+            totals[e["name"]] += e["dur"]
+    table = summary(trace)
+    assert sorted(table) == sorted(totals)
+    for name, total_us in totals.items():
+        assert table[name][0] == 2
+        assert table[name][1] == pytest.approx(total_us, abs=0.0015), name
