@@ -423,14 +423,15 @@ def test_profiler_shows_each_replayed_op_under_the_replay():
     replay = events["spyre::graph_replay"]
     device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
     # The Event Record is the mark the graph's next launch on another stream waits for.
-    assert sorted(e.name for e in device) == ["Event Record", "aten::add_", "aten::mul",
-                                              "spyre graph replay"]
+    assert sorted(e.name for e in device) == ["Event Record", "aten::add_ Cmpt Exec",
+                                              "aten::mul Cmpt Exec", "spyre graph replay"]
     span = events["spyre graph replay"]
-    for name in ("aten::add_", "aten::mul"):
+    for name in ("aten::add_ Cmpt Exec", "aten::mul Cmpt Exec"):
         assert span.time_range.start <= events[name].time_range.start
         assert events[name].time_range.end <= span.time_range.end
     # The replay's device time is its ops' (the span is not counted again).
-    ops = events["aten::add_"].device_time_total + events["aten::mul"].device_time_total
+    ops = (events["aten::add_ Cmpt Exec"].device_time_total
+           + events["aten::mul Cmpt Exec"].device_time_total)
     assert replay.device_time_total == pytest.approx(ops)
 
 
@@ -450,7 +451,8 @@ def _launches(fn):
         fn()
         torch.spyre.synchronize()
     runtime = [e.name for e in prof.events()
-               if e.name.startswith("launch") or e.name == "fillAsync"]
+               if e.name.startswith(("launch", "aiuLaunch", "aiuDataTransfer"))
+               or e.name == "fillAsync"]
     return sorted(runtime)
 
 

@@ -50,7 +50,7 @@ with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as
     torch.spyre._sleep(1)
     torch.spyre.synchronize()
 print("profiler", sorted({e.device_type.name for e in prof.events()}),
-      "delay" in {e.name for e in prof.events()})
+      "delay Cmpt Exec" in {e.name for e in prof.events()})
 
 import torch.spyre.testing
 import torch_spyre.testing

@@ -147,13 +147,14 @@ def test_sleep_device_time_reads_5_ms_in_the_table():
             torch.spyre._sleep(5)
             torch.spyre.synchronize()
     rows = {e.key: e for e in prof.key_averages()}
-    assert rows["delay"].count == rows["spyre::_sleep"].count == 10
+    delay = rows["delay Cmpt Exec"]  # a kernel's compute phase, in the card's words
+    assert delay.count == rows["spyre::_sleep"].count == 10
     # The sleeps' device time is their delays' (each delay links to its op).
-    assert rows["spyre::_sleep"].device_time_total == pytest.approx(rows["delay"].device_time_total)
-    assert rows["delay"].self_device_time_total == rows["delay"].device_time_total
+    assert rows["spyre::_sleep"].device_time_total == pytest.approx(delay.device_time_total)
+    assert delay.self_device_time_total == delay.device_time_total
     # The emulated device sleeps: a loaded host may wake it late (10 ms was seen at load
     # average 25 on 2 cores), so the best of ten, below the 10 ms a delay counted twice reads.
-    best = min(e.device_time_total for e in prof.events() if e.name == "delay")
+    best = min(e.device_time_total for e in prof.events() if e.name == "delay Cmpt Exec")
     assert 4500 <= best <= 7500
     table = prof.key_averages().table(sort_by="device_time_total", row_limit=3)
     first_row = table.splitlines()[3]
@@ -198,16 +199,22 @@ def test_three_stream_pipeline_has_one_lane_per_stream(tmp_path):
     assert kinds(s_out) == [("gate", 0), ("event_wait", 0), ("d2h", 16384)]
     names = [e["name"] for e in events_of_stream(trace, s_compute)]
     assert names[0] == "Stream Wait Event" and names[-1] == "Event Record"
-    assert names[1].startswith("aten::mul") and names[2].startswith("aten::add")
-    assert [e["name"] for e in events_of_stream(trace, s_in)][0] == "Memcpy HtoD (Host -> Spyre)"
-    assert [e["name"] for e in events_of_stream(trace, s_out)][2] == "Memcpy DtoH (Spyre -> Host)"
+    assert names[1] == "aten::mul Cmpt Exec" and names[2] == "aten::add Cmpt Exec"
+    assert [e["name"] for e in events_of_stream(trace, s_in)][0] == "Memcpy (HtoD)"
+    assert [e["name"] for e in events_of_stream(trace, s_out)][2] == "Memcpy (DtoH)"
 
     # Every device event (but the test gate) has a launching CPU op, and a flow
     # arrow from its launch on the host thread.
     ops = cpu_ops_by_id(trace)
     flows = {(e["ph"], e["id"]) for e in trace["traceEvents"] if e.get("cat") == "ac2g"}
-    launches = {e["args"]["correlation"]: e for e in trace["traceEvents"]
-                if e.get("cat") == "privateuse1_runtime"}
+    runtime = [e for e in trace["traceEvents"] if e.get("cat") == "privateuse1_runtime"]
+    launches = {e["args"]["correlation"]: e for e in runtime if e["name"] != "aiuScheduleWait"}
+    # A kernel's aiuScheduleWait: the runtime thread that ran it, waiting for it.
+    waits = {e["args"]["correlation"]: e for e in runtime if e["name"] == "aiuScheduleWait"}
+    assert sorted(launch["name"] for launch in launches.values()) == sorted(
+        ["Gate::enqueueOn", "RuntimeEvent::record", "RuntimeEvent::record", "RuntimeEvent::wait",
+         "RuntimeEvent::wait", "aiuDataTransferHtoD", "aiuDataTransferDtoH",
+         "aiuLaunchScheduleCompute", "aiuLaunchScheduleCompute"])
     expected_ops = {"h2d": "aten::_copy_from", "d2h": "aten::_copy_from",
                     "event_record": "spyre::record_event", "event_wait": "spyre::wait_event"}
     for e in device_events(trace):
@@ -226,6 +233,10 @@ def test_three_stream_pipeline_has_one_lane_per_stream(tmp_path):
         assert launch["ts"] + launch["dur"] <= op["ts"] + op["dur"] + skew
         assert launch["ts"] <= e["ts"]
         assert ("s", e["args"]["correlation"]) in flows and ("f", e["args"]["correlation"]) in flows
+        if e["cat"] == "kernel":
+            wait = waits.pop(e["args"]["correlation"])
+            assert (wait["ts"], wait["dur"]) == (e["ts"], e["dur"]) and wait["tid"] != op["tid"]
+    assert waits == {}
 
     # One stream's events never overlap; the gated stream overlaps the others' work.
     for stream in (s_in, s_compute, s_out):
@@ -247,7 +258,7 @@ def test_profiling_twice_in_one_process_sees_each_window_only():
         with profile(activities=ACTIVITIES) as prof:
             for _ in range(sleeps):
                 torch.spyre._sleep(1)
-        counts.append(sum(1 for e in prof.events() if e.name == "delay"))
+        counts.append(sum(1 for e in prof.events() if e.name == "delay Cmpt Exec"))
     torch.spyre._sleep(1)  # outside any profile
     torch.spyre.synchronize()
     with profile(activities=ACTIVITIES) as prof:
@@ -397,6 +408,36 @@ def test_another_torchs_profiler_exit_is_left_alone_with_one_warning():
     ]
 
 
+def test_kernels_carry_the_cards_names_and_cycle_counters(tmp_path):
+    # Card timing prices a one-element add at 0 ns (8 bytes at 150 GB/s, rounded) and a
+    # 1 Mi-element one above 0: only a kernel that took time is a "Cmpt Exec" with counters.
+    path = tmp_path / "trace.json"
+    run_python(f"""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+        small, big = torch.ones(1, device="spyre"), torch.ones(1 << 20, device="spyre")
+        small + 1, big + 1
+        torch.spyre.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            small + 1
+            big + 1
+            torch.spyre.synchronize()
+        prof.export_chrome_trace({str(path)!r})
+    """, env={"FLEX_STUB_TIMING": "card"})
+    kernels = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == 2
+    for e in kernels:
+        counters = [e["args"].get(f"TS{i}") for i in range(1, 6)]
+        if e["dur"] > 0:
+            assert e["name"] == "aten::add Cmpt Exec"
+            # 32-bit counters at 1 GHz: TS4 - TS3 is the duration in ns.
+            assert counters[0] == counters[1] == counters[2] and counters[3] == counters[4]
+            assert int(counters[3]) - int(counters[2]) == round(e["dur"] * 1000)
+            assert 0 <= int(counters[2]) < 1 << 32
+        else:
+            assert e["name"] == "aten::add" and counters == [None] * 5
+
+
 def test_host_compute_and_default_streams_have_named_lanes(tmp_path):
     hc = torch.spyre.host_compute_stream()
     torch.spyre.synchronize()
@@ -441,6 +482,7 @@ def _filtered_profile(tmp_path, activities, name):
         (["CONCURRENT_KERNEL"], {"kernel": 1}),
         (["GPU_MEMCPY"], {"gpu_memcpy": 1}),
         (["GPU_MEMSET", "CONCURRENT_KERNEL"], {"gpu_memset": 1, "kernel": 1}),
+        # the launches; a kernel's aiuScheduleWait comes with the kernel
         (["PRIVATEUSE1_RUNTIME"], {"privateuse1_runtime": 3}),
         ([], {}),
     ],
@@ -453,10 +495,11 @@ def test_activity_filter_records_exactly_the_requested_kinds(tmp_path, kinds, ex
 
 def test_unfiltered_private_use1_records_every_kind(tmp_path):
     cats = _filtered_profile(tmp_path, [ProfilerActivity.PrivateUse1], "device.json")
-    assert cats == {"kernel": 1, "gpu_memcpy": 1, "gpu_memset": 1, "privateuse1_runtime": 3}
+    # three launches and the kernel's aiuScheduleWait
+    assert cats == {"kernel": 1, "gpu_memcpy": 1, "gpu_memset": 1, "privateuse1_runtime": 4}
     # record_function ranges exist only with CPU activities: then their device spans too
     cats = _filtered_profile(tmp_path, ACTIVITIES, "all.json")
-    assert cats == {"kernel": 1, "gpu_memcpy": 1, "gpu_memset": 1, "privateuse1_runtime": 3,
+    assert cats == {"kernel": 1, "gpu_memcpy": 1, "gpu_memset": 1, "privateuse1_runtime": 4,
                     "gpu_user_annotation": 1, "user_annotation": 1}
 
 

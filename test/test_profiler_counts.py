@@ -61,7 +61,7 @@ def test_kineto_device_activities_count_each_call_once():
             side = cpu if e.device_type == torch.autograd.DeviceType.CPU else device
             side[e.name] = side.get(e.name, 0) + 1
         print(cpu)
-        print(device.get("aten::sigmoid"))
+        print(device.get("aten::sigmoid Cmpt Exec"))
     """)
     out = proc.stdout.splitlines()
     check_counts(ast.literal_eval(out[0]), {"aten::sigmoid": 4})

@@ -4,13 +4,19 @@
 // A session turns on the runtime's activity records (flex/activity.hpp) while
 // the profile records, forwards the correlation id of every CPU op Kineto
 // pushes to the runtime (so each launch knows the op that made it), and at the
-// end turns every record into two Kineto activities, as CUPTI does for CUDA:
+// end turns every record into Kineto activities, as CUPTI does for CUDA, named
+// as the card's stack names them in a torch profile (the dialect IBM's
+// aiu-trace-analyzer reads; docs/profiling.md, "IBM's trace analyzer"):
 //  - a runtime activity on the launching thread (PRIVATEUSE1_RUNTIME, named
-//    after the runtime call: "launchOperationCompute", ...), where the flow
+//    after the runtime call: "aiuLaunchScheduleCompute", ...), where the flow
 //    arrow starts;
 //  - a device activity on its stream's lane (kernel, memcpy, memset or sync),
 //    linked to the launching CPU op (which gets its device time) and ending
-//    the flow.
+//    the flow;
+//  - for a kernel, an "aiuScheduleWait" runtime activity on the thread that
+//    ran it: the runtime waiting for the kernel to complete. It spans the
+//    kernel and shares its correlation id, so the analyzer finds every kernel
+//    inside its parents.
 // record_function ranges also get a span on each lane their device work ran on.
 // Work launched before the session started is left out: it belongs to the
 // previous window.
@@ -73,33 +79,49 @@ ActivityType deviceActivityType(Kind kind) {
   return ActivityType::CONCURRENT_KERNEL;
 }
 
+// A kernel's compute phase, as the card's traces name it: "<kernel> Cmpt Exec".
+// A kernel that took no time (card timing prices a host callback or an op that
+// moves no bytes at 0 ns) keeps its plain name: the analyzer divides by the
+// duration of every "Cmpt Exec" event.
+constexpr const char* kComputeSuffix = " Cmpt Exec";
+
+bool isKernel(Kind kind) { return deviceActivityType(kind) == ActivityType::CONCURRENT_KERNEL; }
+
+bool namedAsCompute(const flex::activity::Record& record) {
+  return isKernel(record.kind) && record.end_ns > record.start_ns;
+}
+
+// Copies and fills carry the card stack's names ("Memcpy (HtoD)"; a copy within
+// the device has no card name: "Memcpy (DtoD)" by analogy).
 std::string deviceActivityName(const flex::activity::Record& record) {
   switch (record.kind) {
-    case Kind::H2D: return "Memcpy HtoD (Host -> Spyre)";
-    case Kind::D2H: return "Memcpy DtoH (Spyre -> Host)";
-    case Kind::D2D: return "Memcpy DtoD (Spyre -> Spyre)";
-    case Kind::Fill: return "Memset (Spyre)";
+    case Kind::H2D: return "Memcpy (HtoD)";
+    case Kind::D2H: return "Memcpy (DtoH)";
+    case Kind::D2D: return "Memcpy (DtoD)";
+    case Kind::Fill: return "Memset (Device)";
     case Kind::EventRecord: return "Event Record";
     case Kind::EventWait: return "Stream Wait Event";
     case Kind::Gate: return "Gate";
-    case Kind::Delay: return "delay";
     case Kind::Graph: return "spyre graph replay";
+    case Kind::Delay:
     case Kind::Compute:
     case Kind::HostCallback: break;
   }
-  return record.name;
+  const std::string name = record.kind == Kind::Delay ? "delay" : record.name;
+  return namedAsCompute(record) ? name + kComputeSuffix : name;
 }
 
-// The runtime call that launched a record (flex's API names).
+// The runtime call that launched a record: the card stack's name where it has
+// one (a kernel's launch, a host copy), else flex's API name.
 const char* launchName(Kind kind) {
   switch (kind) {
-    case Kind::H2D: return "launchOperationH2D";
-    case Kind::D2H: return "launchOperationD2H";
+    case Kind::H2D: return "aiuDataTransferHtoD";
+    case Kind::D2H: return "aiuDataTransferDtoH";
     case Kind::D2D: return "launchOperationD2D";
     case Kind::Fill: return "fillAsync";
-    case Kind::Compute: return "launchOperationCompute";
-    case Kind::HostCallback: return "launchOperationHostCallback";
-    case Kind::Delay: return "launchOperationDelay";
+    case Kind::Compute:
+    case Kind::HostCallback:
+    case Kind::Delay: return "aiuLaunchScheduleCompute";
     case Kind::EventRecord: return "RuntimeEvent::record";
     case Kind::EventWait: return "RuntimeEvent::wait";
     case Kind::Gate: return "Gate::enqueueOn";
@@ -245,6 +267,14 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
         work.flow.type = libkineto::kLinkAsyncCpuGpu;
         work.flow.start = 0;
       }
+      if (record.kind == Kind::Graph) {
+        // A span, as record_function's: no args, so the analyzer does not take
+        // it for device work overlapping its own nodes (an id would make Kineto
+        // write the replay op's "External id").
+        work.id = 0;
+        logger.handleActivity(work);
+        continue;
+      }
       work.addMetadata("device", record.device);
       work.addMetadata("stream", lane);
       work.addMetadata("correlation", record.launch_id);
@@ -252,7 +282,23 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
       work.addMetadata("bytes", record.bytes);
       if (node) work.addMetadata("graph_launch", record.graph_launch_id);
       if (record.failed) work.addMetadata("failed", "true");
+      if (namedAsCompute(record)) addCycleCounters(work, record);
       logger.handleActivity(work);
+      if (isKernel(record.kind) && wants(ActivityType::PRIVATEUSE1_RUNTIME)) {
+        buffer_.emplace_activity(buffer_.span, ActivityType::PRIVATEUSE1_RUNTIME,
+                                 "aiuScheduleWait");
+        auto& wait = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
+        wait.startTime = work_start;
+        wait.endTime = work_end;
+        wait.id = id;
+        wait.device = pid;
+        wait.resource = static_cast<int32_t>(record.run_thread);
+        wait.threadId = static_cast<int32_t>(record.run_thread);
+        // Not linked to the op: torch would count the wait as the op's CPU time
+        // (it runs while the op's thread has moved on).
+        wait.addMetadata("correlation", record.launch_id);
+        logger.handleActivity(wait);
+      }
 
     }
     for (const auto& [key, span] : ranges) {
@@ -298,6 +344,24 @@ class SpyreActivityProfilerSession final : public libkineto::IActivityProfilerSe
 
  private:
   bool wants(ActivityType type) const { return wanted_.count(type) != 0; }
+
+  // The card's five cycle counters of a kernel, TS1..TS5 (input DMA, prep,
+  // compute start, compute end, output DMA end), as 32-bit counters ticking
+  // once per nanosecond from this profile's start (the analyzer's default
+  // clock, --freq=1000 MHz, converts them back to µs exactly). A kernel here
+  // has no DMA or prep phase: TS1 = TS2 = TS3 = its start, TS4 = TS5 = its end.
+  void addCycleCounters(libkineto::GenericTraceActivity& work,
+                        const flex::activity::Record& record) const {
+    const auto counter = [this](int64_t ns) {
+      return std::to_string(static_cast<uint64_t>(ns - start_ns_) & 0xffffffffu);
+    };
+    const std::string start = counter(record.start_ns), end = counter(record.end_ns);
+    work.addMetadataQuoted("TS1", start);
+    work.addMetadataQuoted("TS2", start);
+    work.addMetadataQuoted("TS3", start);
+    work.addMetadataQuoted("TS4", end);
+    work.addMetadataQuoted("TS5", end);
+  }
 
   const std::set<ActivityType> wanted_;
   int64_t clock_offset_ns_ = 0;

@@ -92,6 +92,7 @@ void recordActivity(const RuntimeStream::Impl& stream, const Op& op, int64_t sta
   record.launch_start_ns = op.launch.start_ns;
   record.launch_end_ns = op.launch.end_ns;
   record.launch_thread = op.launch.thread;
+  record.run_thread = threadId();  // engines record what they ran
   record.correlation_id = op.launch.correlation;
   record.user_correlation_id = op.launch.user_correlation;
   record.launch_id =

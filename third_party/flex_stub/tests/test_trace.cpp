@@ -83,7 +83,16 @@ TEST(trace_start_stop_writes_chrome_json) {
                            "event_record", "event_wait", "gate"}) {
     CHECK(json.find(std::string("\"cat\":\"") + kind + "\"") != std::string::npos);
   }
-  CHECK(json.find("\"name\":\"my_kernel\"") != std::string::npos);
+  // The card's names: copies and fills; a kernel that took time is "<name> Cmpt Exec"
+  // with its cycle counters (the 1 ms delay surely did).
+  for (const char* name : {"Memcpy (HtoD)", "Memcpy (DtoH)", "Memcpy (DtoD)", "Memset (Device)"}) {
+    CHECK(json.find(std::string("\"name\":\"") + name + "\"") != std::string::npos);
+  }
+  CHECK(json.find("\"name\":\"my_kernel") != std::string::npos);
+  const size_t delay = json.find("\"name\":\"delay Cmpt Exec\"");
+  CHECK(delay != std::string::npos);
+  CHECK(json.find("\"TS1\":\"", delay) < json.find("\n", delay));
+  CHECK_EQ(countOf(json, "Cmpt Exec"), countOf(json, "\"TS5\":\""));
   CHECK(json.find("\"bytes\":777") != std::string::npos);
   CHECK(json.find("\"bytes\":4096") != std::string::npos);
   CHECK(json.find("\"pid\":3,\"tid\":1") != std::string::npos);

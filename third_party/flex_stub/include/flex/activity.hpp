@@ -49,6 +49,8 @@ struct Record {
   int64_t launch_start_ns = 0;
   int64_t launch_end_ns = 0;
   uint64_t launch_thread = 0;  // OS thread id (gettid)
+  // The runtime thread that ran the operation (its stream's engine; gettid).
+  uint64_t run_thread = 0;
   // Innermost id pushed on the launching thread at launch time; 0: none.
   uint64_t correlation_id = 0;
   // Innermost user range (pushUserCorrelationId) at launch time; 0: none.
