@@ -164,14 +164,6 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
   if (nbytes == 0) {
     return true;
   }
-  if (sanitizer::accessesWanted()) {
-    std::vector<sanitizer::Access> accesses;
-    sanitizer::addTensor(accesses, src, /*write=*/false);
-    sanitizer::addTensor(accesses, dst, /*write=*/true);
-    if (non_blocking) sanitizer::addPendingHostSide(accesses, src, dst);
-    if (op == nullptr) op = src.is_cpu() ? "H2D" : dst.is_cpu() ? "D2H" : "D2D";
-    sanitizer::onLaunch(stream.id(), op, accesses);
-  }
   if (src.is_cpu() || dst.is_cpu()) {
     const at::Tensor& host = src.is_cpu() ? src : dst;
     host_recorded = recordPinnedUse(host.storage().data_ptr(), stream);
@@ -180,42 +172,53 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
   // host or another dtype copies into it is narrowed (card_rules.h).
   const bool narrow = dst.scalar_type() == c10::kLong && !dst.is_cpu() &&
                       (src.is_cpu() || src.scalar_type() != c10::kLong) && cardRules();
-  if (!narrow && isDmaCompatible(src, dst)) {
-    if (src.is_cpu()) {
+  const bool dma = !narrow && isDmaCompatible(src, dst);
+  if (!dma) {
+    // Strided and/or converting copy: ATen's CPU copy on the device timeline.
+    // The first copy of each dtype pair is tried on the host first: a pair CPU
+    // cannot convert raises here instead of failing the stream.
+    const c10::ScalarType from_type = src.scalar_type();
+    const c10::ScalarType to_type = dst.scalar_type();
+    verifySignature(std::string("copy|") + c10::toString(from_type) + "->" +
+                        c10::toString(to_type) + (narrow ? "|int32" : ""),
+                    [&] {
+                      const CpuKernelScope scope(0);
+                      at::empty({1}, at::TensorOptions().dtype(to_type))
+                          .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
+                    });
+  }
+  auto launch = [&] {
+    if (!dma) {
+      stream.launchCompute(
+          [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive),
+           narrow, may_fork = mayForkTeam(dst.numel(), false)] {
+            const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
+            if (narrow) {
+              // As CPU converts to int64, then int64 -> int32 -> int64: the low
+              // 32 bits, sign-extended (CPU's int32 conversion is that C cast).
+              to.cpuAlias().copy_(from.cpuAlias().to(at::kLong).to(at::kInt));
+            } else {
+              to.cpuAlias().copy_(from.cpuAlias());
+            }
+          },
+          "copy", nbytes);
+    } else if (src.is_cpu()) {
       stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else if (dst.is_cpu()) {
       stream.launchD2H(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else {
       stream.launchD2D(src.const_data_ptr(), dst.data_ptr(), nbytes);
     }
+  };
+  if (sanitizer::accessesWanted()) {
+    std::vector<sanitizer::Access> accesses;
+    sanitizer::addTensor(accesses, src, /*write=*/false);
+    sanitizer::addTensor(accesses, dst, /*write=*/true);
+    if (non_blocking) sanitizer::addPendingHostSide(accesses, src, dst);
+    if (op == nullptr) op = src.is_cpu() ? "H2D" : dst.is_cpu() ? "D2H" : "D2D";
+    sanitizer::onLaunch(stream.id(), op, accesses, launch);  // checked with the launch
   } else {
-    // Strided and/or converting copy: ATen's CPU copy on the device timeline.
-    // The first copy of each dtype pair is tried on the host first: a pair CPU
-    // cannot convert raises here instead of failing the stream.
-    const std::string signature = std::string("copy|") + c10::toString(src.scalar_type()) +
-                                  "->" + c10::toString(dst.scalar_type()) +
-                                  (narrow ? "|int32" : "");
-    const c10::ScalarType from_type = src.scalar_type();
-    const c10::ScalarType to_type = dst.scalar_type();
-    launchVerified(
-        stream, signature,
-        [&] {
-          const CpuKernelScope scope(0);
-          at::empty({1}, at::TensorOptions().dtype(to_type))
-              .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
-        },
-        [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive),
-         narrow, may_fork = mayForkTeam(dst.numel(), false)] {
-          const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
-          if (narrow) {
-            // As CPU converts to int64, then int64 -> int32 -> int64: the low
-            // 32 bits, sign-extended (CPU's int32 conversion is that C cast).
-            to.cpuAlias().copy_(from.cpuAlias().to(at::kLong).to(at::kInt));
-          } else {
-            to.cpuAlias().copy_(from.cpuAlias());
-          }
-        },
-        "copy", nbytes);
+    launch();
   }
   for (const at::Tensor& t : {src, dst}) recordUse(t, stream);
   return host_recorded;
@@ -361,28 +364,33 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
   if (nbytes == 0) {
     return self;
   }
-  if (sanitizer::accessesWanted()) {
-    std::vector<sanitizer::Access> accesses;
-    sanitizer::addTensor(accesses, self, /*write=*/true);
-    sanitizer::onLaunch(stream.id(), "aten::fill_.Scalar", accesses);
-  }
   const auto fill = self.is_non_overlapping_and_dense() && !self.is_conj() && !self.is_neg()
                         ? deviceFill(self.scalar_type(), value)
                         : std::nullopt;
-  if (fill) {
-    stream.launchFill(self.data_ptr(), nbytes, fill->second, fill->first);
+  if (!fill) {
+    verifySignature(std::string("fill|") + c10::toString(self.scalar_type()), [&] {
+      const CpuKernelScope scope(0);
+      at::empty({1}, at::TensorOptions().dtype(self.scalar_type())).fill_(value);
+    });
+  }
+  auto launch = [&] {
+    if (fill) {
+      stream.launchFill(self.data_ptr(), nbytes, fill->second, fill->first);
+    } else {
+      stream.launchCompute(
+          [ref = TensorRef::of(self), value, may_fork = mayForkTeam(self.numel(), false)] {
+            const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
+            ref.cpuAlias().fill_(value);
+          },
+          "fill", nbytes);
+    }
+  };
+  if (sanitizer::accessesWanted()) {
+    std::vector<sanitizer::Access> accesses;
+    sanitizer::addTensor(accesses, self, /*write=*/true);
+    sanitizer::onLaunch(stream.id(), "aten::fill_.Scalar", accesses, launch);
   } else {
-    launchVerified(
-        stream, std::string("fill|") + c10::toString(self.scalar_type()),
-        [&] {
-          const CpuKernelScope scope(0);
-          at::empty({1}, at::TensorOptions().dtype(self.scalar_type())).fill_(value);
-        },
-        [ref = TensorRef::of(self), value, may_fork = mayForkTeam(self.numel(), false)] {
-          const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
-          ref.cpuAlias().fill_(value);
-        },
-        "fill", nbytes);
+    launch();
   }
   recordUse(self, stream);
   return self;
