@@ -311,7 +311,7 @@ print(y.cpu().unique().tolist(), x.cpu().unique().tolist())
     assert result.stdout.splitlines() == ["False 1", "[2.0] [11.0]"], result.stderr
 
 
-@pytest.mark.slow  # 300 captures beside a launching thread (15-40 s under load)
+@pytest.mark.slow  # 300 captures beside a launching thread (44 s at load average 15)
 def test_a_stream_joining_a_capture_while_another_thread_launches_on_it():
     # One thread launches ops (new outputs: allocations too) on s without pause; the other
     # makes s join its captures and join back, replays each graph twice and resets it (its
