@@ -309,3 +309,62 @@ with Gate() as gate:
 print(y.cpu().unique().tolist(), x.cpu().unique().tolist())
 """, env={"SPYRE_HAZARD_TRACKER": "1", "TORCH_SPYRE_SANITIZER": ""})
     assert result.stdout.splitlines() == ["False 1", "[2.0] [11.0]"], result.stderr
+
+
+@pytest.mark.slow  # 300 captures beside a launching thread (44 s at load average 15)
+def test_a_stream_joining_a_capture_while_another_thread_launches_on_it():
+    # One thread launches ops (new outputs: allocations too) on s without pause; the other
+    # makes s join its captures and join back, replays each graph twice and resets it (its
+    # pool goes). Each of s's ops is captured or queued as a whole: no crash, no internal
+    # assert, the capturing thread's own work applied twice per graph.
+    result = run_python("""
+        import sys, threading, torch, torch_spyre
+        sys.setswitchinterval(1e-6)  # switch threads as often as Python can
+        s, origin = torch.spyre.Stream(), torch.spyre.Stream()
+        a = torch.ones(256, device="spyre")
+        counter = torch.zeros(1, device="spyre")
+        a.add_(0); counter.add_(0)  # warm up: first calls run at the call
+        (a + 1).mul_(2)
+        torch.spyre.synchronize()
+        stop = threading.Event()
+        launched = [0]
+
+        def launch():
+            with torch.spyre.stream(s):
+                while not stop.is_set():
+                    b = a + 1
+                    b.mul_(2)
+                    launched[0] += 1
+
+        thread = threading.Thread(target=launch)
+        thread.start()
+        ended = unjoined = 0
+        for _ in range(300):
+            g = torch.accelerator.Graph(capture_error_mode="relaxed")
+            with torch.spyre.stream(origin):
+                g.capture_begin()
+                counter.add_(1)
+                fork = torch.Event(device="spyre")
+                fork.record(origin)
+                s.wait_event(fork)
+                join = torch.Event(device="spyre")
+                join.record(s)
+                origin.wait_event(join)
+                try:
+                    g.capture_end()
+                except RuntimeError as e:
+                    assert "is not joined back into the capturing stream" in str(e), e
+                    unjoined += 1
+                    continue
+                ended += 1
+                g.replay()
+                g.replay()
+            origin.synchronize()
+            g.reset()
+        stop.set()
+        thread.join()
+        torch.spyre.synchronize()
+        print(ended + unjoined, launched[0] > 0, counter.item() == 2 * ended)
+    """, timeout=240)
+    assert result.stdout.splitlines() == ["300 True True"]
+    assert result.stderr == ""

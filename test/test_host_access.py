@@ -105,3 +105,55 @@ def test_a_cpp_extension_touching_device_memory_stops_with_report(tmp_path_facto
     build.mkdir(exist_ok=True)
     stdout, stderr = run_access(function, call, extra=EXTENSION.format(build=str(build)))
     check_report(stdout, stderr, function)
+
+
+def test_the_report_never_waits_for_a_busy_allocation_registry():
+    # A fault handler must not wait for a lock (its holder may be the interrupted thread, or
+    # stopped): with the registry of device allocations held, the report says so at once.
+    stdout, stderr = run_access(
+        "read_while_the_registry_is_held", "return ctypes.c_float.from_address(address).value",
+        extra="import torch_spyre._testing as testing\ntesting.lock_device_memory_registry()")
+    address = int(stdout.split()[0])
+    lines = stderr.splitlines()
+    at = lines.index(f"Fatal error: the host accessed spyre device memory at address {address:#x}")
+    assert lines[at + 2] == ("Its allocation is unknown: the registry of device allocations was "
+                             "busy (a fault report does not wait for it).")
+    assert lines[at + 3] == FIX
+    assert re.fullmatch(r'  File "<string>", line \d+ in read_while_the_registry_is_held',
+                        lines[at + 5]), lines
+
+
+def test_device_memory_the_host_cannot_back_is_reported_on_the_engine():
+    # The shared memory behind device memory runs out (a container's limit): an executor's
+    # write faults with SIGBUS on its own view of the memory, and the report says what it is.
+    result = run_python("""
+        import torch, torch_spyre._testing as testing
+        x = torch.zeros(1024, dtype=torch.float32, device="spyre")
+        torch.spyre.synchronize()
+        (segment,) = [s for s in torch.spyre.memory._snapshot()["segments"]
+                      if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]]
+        print(x.data_ptr(), segment["address"], segment["total_size"], flush=True)
+        testing.exhaust_device_memory_backing()
+        x.fill_(1.0)
+        torch.spyre.synchronize()
+        print("the engine wrote memory nothing backs and went on", flush=True)
+    """, check=False, fresh=True, timeout=180)
+    assert result.returncode == -signal.SIGBUS, (result.returncode, result.stdout, result.stderr)
+    assert "went on" not in result.stdout
+    data, start, size = (int(field) for field in result.stdout.split())
+    lines = result.stderr.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("Fatal error: spyre device memory")]
+    found = re.fullmatch(r"Fatal error: spyre device memory at address (0x[0-9a-f]+) could not be "
+                         r"backed \(SIGBUS at the runtime's executor address 0x[0-9a-f]+\)",
+                         lines[at])
+    assert found, lines[at]
+    address = int(found.group(1), 16)
+    assert data <= address < data + 4096, (hex(data), hex(address))
+    assert lines[at + 1] == ("The emulated device memory lives in shared memory (a memfd); the host "
+                             "could not supply a page for it: the machine or container is out of "
+                             "memory (or of shared memory).")
+    assert lines[at + 2] == (f"It falls in the device allocation starting at {start:#x} of {size} "
+                             f"bytes (offset {address - start}).")
+    assert lines[at + 3] == ("Fix: free host memory or raise the container's memory limit, or give "
+                             "the emulated device less memory (FLEX_STUB_MEMORY_BYTES) and use less "
+                             "of it.")

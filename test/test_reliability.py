@@ -72,6 +72,35 @@ def test_readers_never_wait_for_stream_creation(sanitizer_run):
         assert probe == "ok" and int(inside) >= 640
 
 
+@pytest.mark.slow  # the sanitizer builds and runs
+@pytest.mark.timeout(1800)  # its own deadline is 1500 s
+def test_a_stream_joining_a_capture_mid_launch_never_crashes(sanitizer_run):
+    # 2 000 captures make a stream join them while another thread launches run-once work on
+    # it; every graph that ended is replayed twice: each recorded work is replayable.
+    out = sanitizer_run.stdout
+    for variant in ("plain", "tsan", "asan"):
+        assert re.search(rf"^\[{variant}\] capture-join 2x2000: ok ", out, re.M), (variant, out)
+    runs = re.findall(r"capture-join: iterations=(\d+) ended=(\d+) unjoined=(\d+) launched=\d+ "
+                      r"recorded=(\d+)", out)
+    assert len(runs) == 3, out
+    for iterations, ended, unjoined, recorded in runs:
+        assert iterations == "2000" and int(ended) + int(unjoined) == 2000
+        assert int(recorded) >= int(ended) > 0  # at least one op wholly inside each join
+    assert out.count("capture-join: failures=0 ") == 3, out
+
+
+@pytest.mark.slow  # the sanitizer builds and runs
+@pytest.mark.timeout(1800)  # its own deadline is 1500 s
+def test_the_hazard_tracker_orders_every_threads_launch(sanitizer_run):
+    # Two threads launch reads on one stream behind a gated write, 2 000 times: none runs
+    # before the write; and a launch that raised left no access to report against.
+    out = sanitizer_run.stdout
+    for variant in ("plain", "tsan", "asan"):
+        assert re.search(rf"^\[{variant}\] hazard-order 2x2000: ok ", out, re.M), (variant, out)
+    assert out.count("hazard-order: iterations=2000 early_reads=0 ") == 3, out
+    assert out.count("hazard-order: failures=0 ") == 3, out
+
+
 @pytest.mark.timeout(700)  # its own deadline is 600 s
 def test_python_threads_streams_copies_and_syncs():
     proc = run_python(

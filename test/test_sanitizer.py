@@ -611,3 +611,40 @@ def test_collectives_are_tracked():
         "2.0",
         "64.0",
     ]
+
+
+@pytest.mark.parametrize("op", ["x.add_(1)", "x.fill_(2.0)", "x.copy_(y)", "x[::2].copy_(y[::2])"])
+def test_a_launch_that_raises_leaves_no_access_behind(op):
+    # A stream in error state refuses every launch after the check: the refused op accessed
+    # nothing, so a later access on another stream is no race (it was reported as one).
+    proc = run_python(f"""
+        import torch
+        from torch_spyre import sanitizer
+        from torch_spyre.testing import inject_fault
+        x = torch.ones(8, device="spyre")
+        y = torch.full((8,), 3.0, device="spyre")
+        torch.spyre.synchronize()
+        s = torch.spyre.Stream()
+        inject_fault(s, "ECC error")
+        with s:
+            torch.spyre._sleep(1)
+        try:
+            s.synchronize()
+        except RuntimeError as e:
+            print(e)
+        sanitizer.enable()
+        with s:
+            try:
+                {op}
+            except RuntimeError as e:
+                print("refused:", e)
+        x.add_(10)             # the default stream: no earlier access to race with
+        print(x.cpu().tolist())
+        sanitizer.disable()
+        """)
+    assert proc.stdout.splitlines() == [
+        "ECC error",
+        "refused: Cannot schedule operation on stream in error state: ECC error",
+        str([11.0] * 8),
+    ]
+    assert proc.stderr == ""

@@ -1,6 +1,8 @@
 #include "aten/compiled_kernel.h"
 
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
@@ -56,25 +58,33 @@ void CompiledKernel::launch(const SpyreStream& stream, Arguments args) const {
   TORCH_INTERNAL_ASSERT(args.slots.size() == kinds_.size());
   checkEngineTeamSetting();
   const size_t bytes = args.bytes;
-  if (sanitizer::accessesWanted()) sanitizer::onLaunch(stream.id(), name_, args.accesses);
+  std::optional<std::vector<sanitizer::Access>> accesses;
+  if (sanitizer::accessesWanted()) accesses = std::move(args.accesses);
   std::string rounded_op = args.dl16_writes.empty() ? std::string() : name_;
   // The library holding the entry point is never unloaded (ctypes does not
   // dlclose), so queued work may outlive this object.
-  stream.launchCompute(
-      [entry = entry_, args = std::move(args), name = std::move(rounded_op)]() mutable {
-        placeEngineTeam(/*may_fork=*/true);  // inductor's kernels fork by their own rules
-        for (auto& [index, value] : args.scalars) {
-          args.slots[index] = reinterpret_cast<uintptr_t>(value.data());
-        }
-        c10::SmallVector<void*, 16> params;
-        params.reserve(args.slots.size());
-        for (uint64_t& slot : args.slots) params.push_back(&slot);
-        entry(params.data());
-        int64_t overflowed = 0;
-        for (const TensorRef& ref : args.dl16_writes) overflowed += roundToDl16(ref.cpuAlias());
-        if (overflowed != 0) recordOverflow(name, overflowed);
-      },
-      name_.c_str(), bytes);
+  auto launch = [&] {
+    stream.launchCompute(
+        [entry = entry_, args = std::move(args), name = std::move(rounded_op)]() mutable {
+          placeEngineTeam(/*may_fork=*/true);  // inductor's kernels fork by their own rules
+          for (auto& [index, value] : args.scalars) {
+            args.slots[index] = reinterpret_cast<uintptr_t>(value.data());
+          }
+          c10::SmallVector<void*, 16> params;
+          params.reserve(args.slots.size());
+          for (uint64_t& slot : args.slots) params.push_back(&slot);
+          entry(params.data());
+          int64_t overflowed = 0;
+          for (const TensorRef& ref : args.dl16_writes) overflowed += roundToDl16(ref.cpuAlias());
+          if (overflowed != 0) recordOverflow(name, overflowed);
+        },
+        name_.c_str(), bytes);
+  };
+  if (accesses) {
+    sanitizer::onLaunch(stream.id(), name_, *accesses, launch);  // checked with the launch
+  } else {
+    launch();
+  }
 }
 
 }  // namespace spyre

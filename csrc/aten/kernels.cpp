@@ -33,6 +33,7 @@
 #include "device/generator.h"
 #include "device/numerics.h"
 #include "runtime/capture.h"
+#include "runtime/costed_launch.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
 #include "runtime/sync_debug.h"
@@ -185,14 +186,6 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
   if (nbytes == 0) {
     return true;
   }
-  if (sanitizer::accessesWanted()) {
-    std::vector<sanitizer::Access> accesses;
-    sanitizer::addTensor(accesses, src, /*write=*/false);
-    sanitizer::addTensor(accesses, dst, /*write=*/true);
-    if (non_blocking) sanitizer::addPendingHostSide(accesses, src, dst);
-    if (op == nullptr) op = src.is_cpu() ? "H2D" : dst.is_cpu() ? "D2H" : "D2D";
-    sanitizer::onLaunch(stream.id(), op, accesses);
-  }
   if (src.is_cpu() || dst.is_cpu()) {
     const at::Tensor& host = src.is_cpu() ? src : dst;
     host_recorded = recordPinnedUse(host.storage().data_ptr(), stream);
@@ -205,51 +198,68 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
   // float16 or bfloat16 spyre tensor is rounded; a same-dtype device copy
   // moves values already rounded (device/numerics.h).
   const bool to_dl16 = C10_UNLIKELY(dl16Writes()) && !dst.is_cpu() &&
-                     isDl16Dtype(dst.scalar_type()) &&
-                     (src.is_cpu() || src.scalar_type() != dst.scalar_type());
-  if (!narrow && !to_dl16 && isDmaCompatible(src, dst)) {
-    if (src.is_cpu()) {
+                       isDl16Dtype(dst.scalar_type()) &&
+                       (src.is_cpu() || src.scalar_type() != dst.scalar_type());
+  const bool dma = !narrow && !to_dl16 && isDmaCompatible(src, dst);
+  std::optional<flex::WorkCost> cost;
+  if (!dma) {
+    // Strided and/or converting copy: ATen's CPU copy on the device timeline.
+    // The first copy of each dtype pair is tried on the host first: a pair CPU
+    // cannot convert raises here instead of failing the stream.
+    const c10::ScalarType from_type = src.scalar_type();
+    const c10::ScalarType to_type = dst.scalar_type();
+    verifySignature(std::string("copy|") + c10::toString(from_type) + "->" +
+                        c10::toString(to_type) + (narrow ? "|int32" : "") +
+                        (to_dl16 ? "|dl16" : ""),
+                    [&] {
+                      const CpuKernelScope scope(0);
+                      at::empty({1}, at::TensorOptions().dtype(to_type))
+                          .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
+                    });
+    if (C10_UNLIKELY(launch::cardTiming())) cost = launch::copyCost(src, dst);
+  }
+  auto launch = [&] {
+    if (!dma) {
+      auto copy = [from = TensorRef::of(src), to = TensorRef::of(dst),
+                   keep_alive = std::move(keep_alive), narrow, to_dl16,
+                   op = std::string(to_dl16 ? (op != nullptr ? op : "aten::copy_") : ""),
+                   may_fork = mayForkTeam(dst.numel(), false)] {
+        const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
+        if (narrow) {
+          // As CPU converts to int64, then int64 -> int32 -> int64: the low
+          // 32 bits, sign-extended (CPU's int32 conversion is that C cast).
+          to.cpuAlias().copy_(from.cpuAlias().to(at::kLong).to(at::kInt));
+        } else {
+          to.cpuAlias().copy_(from.cpuAlias());
+        }
+        if (to_dl16) {
+          const int64_t overflowed = roundToDl16(to.cpuAlias());
+          if (overflowed != 0) recordOverflow(op, overflowed);
+        }
+      };
+      if (C10_UNLIKELY(cost.has_value())) {
+        stream.resolveRuntimeHandle();  // the device check launchCompute makes
+        launchComputeWithCost(stream, std::move(copy), "copy", nbytes, *cost);
+      } else {
+        stream.launchCompute(std::move(copy), "copy", nbytes);
+      }
+    } else if (src.is_cpu()) {
       stream.launchH2D(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else if (dst.is_cpu()) {
       stream.launchD2H(src.const_data_ptr(), dst.data_ptr(), nbytes, std::move(keep_alive));
     } else {
       stream.launchD2D(src.const_data_ptr(), dst.data_ptr(), nbytes);
     }
+  };
+  if (sanitizer::accessesWanted()) {
+    std::vector<sanitizer::Access> accesses;
+    sanitizer::addTensor(accesses, src, /*write=*/false);
+    sanitizer::addTensor(accesses, dst, /*write=*/true);
+    if (non_blocking) sanitizer::addPendingHostSide(accesses, src, dst);
+    const char* name = op != nullptr ? op : src.is_cpu() ? "H2D" : dst.is_cpu() ? "D2H" : "D2D";
+    sanitizer::onLaunch(stream.id(), name, accesses, launch);  // checked with the launch
   } else {
-    // Strided and/or converting copy: ATen's CPU copy on the device timeline.
-    // The first copy of each dtype pair is tried on the host first: a pair CPU
-    // cannot convert raises here instead of failing the stream.
-    const std::string signature = std::string("copy|") + c10::toString(src.scalar_type()) +
-                                  "->" + c10::toString(dst.scalar_type()) +
-                                  (narrow ? "|int32" : "") + (to_dl16 ? "|dl16" : "");
-    const c10::ScalarType from_type = src.scalar_type();
-    const c10::ScalarType to_type = dst.scalar_type();
-    std::optional<flex::WorkCost> cost;
-    if (C10_UNLIKELY(launch::cardTiming())) cost = launch::copyCost(src, dst);
-    launchVerified(
-        stream, signature,
-        [&] {
-          const CpuKernelScope scope(0);
-          at::empty({1}, at::TensorOptions().dtype(to_type))
-              .copy_(at::zeros({1}, at::TensorOptions().dtype(from_type)));
-        },
-        [from = TensorRef::of(src), to = TensorRef::of(dst), keep_alive = std::move(keep_alive),
-         narrow, to_dl16, op = std::string(to_dl16 ? (op != nullptr ? op : "aten::copy_") : ""),
-         may_fork = mayForkTeam(dst.numel(), false)] {
-          const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
-          if (narrow) {
-            // As CPU converts to int64, then int64 -> int32 -> int64: the low
-            // 32 bits, sign-extended (CPU's int32 conversion is that C cast).
-            to.cpuAlias().copy_(from.cpuAlias().to(at::kLong).to(at::kInt));
-          } else {
-            to.cpuAlias().copy_(from.cpuAlias());
-          }
-          if (to_dl16) {
-            const int64_t overflowed = roundToDl16(to.cpuAlias());
-            if (overflowed != 0) recordOverflow(op, overflowed);
-          }
-        },
-        "copy", nbytes, cost ? &*cost : nullptr);
+    launch();
   }
   for (const at::Tensor& t : {src, dst}) recordUse(t, stream);
   return host_recorded;
@@ -400,29 +410,34 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
   if (nbytes == 0) {
     return self;
   }
-  if (sanitizer::accessesWanted()) {
-    std::vector<sanitizer::Access> accesses;
-    sanitizer::addTensor(accesses, self, /*write=*/true);
-    sanitizer::onLaunch(stream.id(), "aten::fill_.Scalar", accesses);
-  }
   if (C10_UNLIKELY(overflowed)) recordOverflow("aten::fill_", self.numel());
   const auto fill = self.is_non_overlapping_and_dense() && !self.is_conj() && !self.is_neg()
                         ? deviceFill(self.scalar_type(), value)
                         : std::nullopt;
-  if (fill) {
-    stream.launchFill(self.data_ptr(), nbytes, fill->second, fill->first);
+  if (!fill) {
+    verifySignature(std::string("fill|") + c10::toString(self.scalar_type()), [&] {
+      const CpuKernelScope scope(0);
+      at::empty({1}, at::TensorOptions().dtype(self.scalar_type())).fill_(value);
+    });
+  }
+  auto launch = [&] {
+    if (fill) {
+      stream.launchFill(self.data_ptr(), nbytes, fill->second, fill->first);
+    } else {
+      stream.launchCompute(
+          [ref = TensorRef::of(self), value, may_fork = mayForkTeam(self.numel(), false)] {
+            const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
+            ref.cpuAlias().fill_(value);
+          },
+          "fill", nbytes);
+    }
+  };
+  if (sanitizer::accessesWanted()) {
+    std::vector<sanitizer::Access> accesses;
+    sanitizer::addTensor(accesses, self, /*write=*/true);
+    sanitizer::onLaunch(stream.id(), "aten::fill_.Scalar", accesses, launch);
   } else {
-    launchVerified(
-        stream, std::string("fill|") + c10::toString(self.scalar_type()),
-        [&] {
-          const CpuKernelScope scope(0);
-          at::empty({1}, at::TensorOptions().dtype(self.scalar_type())).fill_(value);
-        },
-        [ref = TensorRef::of(self), value, may_fork = mayForkTeam(self.numel(), false)] {
-          const CpuKernelScope scope(0, KernelSide::Engine, may_fork);
-          ref.cpuAlias().fill_(value);
-        },
-        "fill", nbytes);
+    launch();
   }
   recordUse(self, stream);
   return self;

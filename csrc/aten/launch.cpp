@@ -32,21 +32,13 @@ namespace spyre {
 
 using namespace launch;  // NOLINT: the entry points use every launch part
 
-void launchVerified(const SpyreStream& stream, const std::string& signature,
-                    const std::function<void()>& verify, std::function<void()> work,
-                    const char* name, size_t bytes, const flex::WorkCost* cost) {
+void verifySignature(const std::string& signature, const std::function<void()>& verify) {
   checkEngineTeamSetting();
   if (!verifiedSignatures().contains(signature)) {
     const at::DisableRecordFunctionGuard unrecorded;  // as in verifyPlan
     verify();
     verifiedSignatures().add(signature);
   }
-  if (C10_UNLIKELY(cost != nullptr)) {
-    stream.resolveRuntimeHandle();  // the device check launchCompute makes
-    launchComputeWithCost(stream, std::move(work), name, bytes, *cost);
-    return;
-  }
-  stream.launchCompute(std::move(work), name, bytes);
 }
 
 void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& compute_op,
@@ -134,6 +126,9 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
     returns.push_back(std::move(value));
   }
   if (plan->computes) {
+    // What the op reads and writes, described now (the arguments move into
+    // the work), checked by the sanitizer with the launch itself.
+    std::optional<std::vector<sanitizer::Access>> accesses;
     if (sanitizer::accessesWanted()) {
       c10::SmallVector<c10::IValue, 2> fresh;  // new outputs: written
       for (size_t k = 0; k < plan->outputs.size(); ++k) {
@@ -142,9 +137,16 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
           fresh.push_back(returns[k]);
         }
       }
-      sanitizer::onLaunch(stream.id(), sanitizer::opName(op),
-                          sanitizer::opAccesses(op.schema(), args, fresh));
+      accesses = sanitizer::opAccesses(op.schema(), args, fresh);
     }
+    // Generic: without the sanitizer no std::function is made per op.
+    auto checkedLaunch = [&](auto&& launch) {
+      if (accesses) {
+        sanitizer::onLaunch(stream.id(), sanitizer::opName(op), *accesses, launch);
+      } else {
+        launch();
+      }
+    };
     // The card time model prices the kernel from its shapes (before the
     // arguments move into the work).
     std::optional<flex::WorkCost> cost;
@@ -200,11 +202,13 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
         }
       };
       // Priced as every later call is: the price depends on the shapes only.
-      if (C10_UNLIKELY(cost.has_value())) {
-        launchComputeWithCost(stream, std::move(run), name, bytes, *cost);
-      } else {
-        stream.launchComputeSkippingDeviceCheck(std::move(run), name, bytes);
-      }
+      checkedLaunch([&] {
+        if (C10_UNLIKELY(cost.has_value())) {
+          launchComputeWithCost(stream, std::move(run), name, bytes, *cost);
+        } else {
+          stream.launchComputeSkippingDeviceCheck(std::move(run), name, bytes);
+        }
+      });
       stream.synchronize();
       for (const c10::Warning& warning : outcome->collector.warnings) c10::warn(warning);
       if (outcome->failure) {
@@ -217,21 +221,25 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
       verifiedSignatures().add(*plan->signature);
     } else {
       work->on_engine = true;
-      // A captured op runs once per replay, on a stack built now.
-      if (C10_UNLIKELY(capture::anyCapture()) && capture::isCapturing(stream.id())) {
-        work->prepareReplay();
-      }
+      // A captured op runs once per replay, on a stack built when it is
+      // recorded (under the capture's lock: a stream may join another
+      // thread's capture until then, and a run-once work replayed twice would
+      // have lost its arguments).
+      Work* recorded = work.get();
+      const auto prepare = [recorded] { recorded->prepareReplay(); };
       // The closure is moved into the runtime, never copied. A replayable
       // work runs again at every replay; any other goes back to the host.
       auto run = [work = std::move(work)]() mutable {
         work->run();
         if (!work->replayable) retireToHost(std::move(work));
       };
-      if (C10_UNLIKELY(cost.has_value())) {
-        launchComputeWithCost(stream, std::move(run), name, bytes, *cost);
-      } else {
-        stream.launchComputeSkippingDeviceCheck(std::move(run), name, bytes);
-      }
+      checkedLaunch([&] {
+        if (C10_UNLIKELY(cost.has_value())) {
+          launchComputeWithCost(stream, std::move(run), name, bytes, *cost, prepare);
+        } else {
+          stream.launchComputeSkippingDeviceCheck(std::move(run), name, bytes, prepare);
+        }
+      });
     }
   }
   for (c10::IValue& r : returns) stack->push_back(std::move(r));

@@ -45,13 +45,11 @@ void launchOp(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& compute_op,
                 torch::jit::Stack* stack);
 
-// Launches `work` on `stream`. The first time a `signature` (a kernel and its
-// dtypes) is seen, `verify` runs on the calling thread first, on scratch
-// data: an error it raises (a dtype the kernel rejects) reaches the caller and
-// not the stream. `cost`: the work's card cost (card timing only).
-void launchVerified(const SpyreStream& stream, const std::string& signature,
-                    const std::function<void()>& verify, std::function<void()> work,
-                    const char* name, size_t bytes, const flex::WorkCost* cost = nullptr);
+// The first time a `signature` (a kernel and its dtypes) is seen, `verify`
+// runs on the calling thread, on scratch data, before the work is launched:
+// an error it raises (a dtype the kernel rejects) reaches the caller and not
+// the stream.
+void verifySignature(const std::string& signature, const std::function<void()>& verify);
 
 // Registers the launch path for the functional and in-place forms of
 // structured ops (aten/fallback.cpp). Once, after static registration.

@@ -97,13 +97,17 @@ struct HostCopies {
       for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
       const size_t begin = t.storage_offset() * t.element_size();
       const size_t end = (last + 1) * t.element_size();
+      auto launch = [&] {
+        stream.launchD2H(static_cast<const char*>(storage.data()) + begin,
+                         static_cast<char*>(it->second.data_ptr()) + begin, end - begin);
+      };
       if (sanitizer::accessesWanted()) {
         std::vector<sanitizer::Access> accesses;
         sanitizer::addTensor(accesses, t, /*write=*/false);
-        sanitizer::onLaunch(stream.id(), op, accesses);
+        sanitizer::onLaunch(stream.id(), op, accesses, launch);
+      } else {
+        launch();
       }
-      stream.launchD2H(static_cast<const char*>(storage.data()) + begin,
-                       static_cast<char*>(it->second.data_ptr()) + begin, end - begin);
       recordUse(t, stream);
     }
     return host;

@@ -97,30 +97,39 @@ flex::RuntimeStream* DeviceCachingAllocator::handleLocked(c10::StreamId stream,
 
 DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex device) {
   const c10::StreamId stream = getCurrentStream(device).id();
-  const PoolId capture_pool = capture::poolOf(stream);  // {0, 0} unless the stream captures
   Context context = history_.gather(RecordContext::STATE);  // before the lock: may take the GIL
   std::unique_lock<std::mutex> lock(mutex_);
+  // The stream's capture pool, read under this lock: a graph releases its
+  // pool (releasePool, under this lock) only after its capture has ended, so
+  // a pool read here is held until the lock is released. Read again after the
+  // lock was released (the retry below): the capture may have ended since.
+  PoolId capture_pool;
+  PrivatePool* owner = nullptr;
+  const size_t size = roundSize(nbytes);
+  auto choosePoolLocked = [&]() -> Pool& {
+    capture_pool = capture::poolOf(stream);  // {0, 0} unless the stream captures
+    owner = nullptr;
+    if (capture_pool != PoolId{0, 0}) {
+      const auto it = private_pools_.find(capture_pool);
+      TORCH_INTERNAL_ASSERT(it != private_pools_.end(), "a capture's pool is not held");
+      owner = it->second.get();
+    }
+    return owner != nullptr ? (size <= kSmallSize ? owner->small : owner->large)
+                            : (size <= kSmallSize ? small_pool_ : large_pool_);
+  };
+  Pool* pool = &choosePoolLocked();
   if (nbytes > kLargestRequest) {
     throwOutOfMemory(lock, device, nbytes, 0, "the request is larger than any segment", stream,
                      nbytes, capture_pool, context);
   }
-  const size_t size = roundSize(nbytes);
   const size_t segment_bytes = segmentSize(size);
-  PrivatePool* owner = nullptr;
-  if (capture_pool != PoolId{0, 0}) {
-    const auto it = private_pools_.find(capture_pool);
-    TORCH_INTERNAL_ASSERT(it != private_pools_.end(), "a capture's pool is not held");
-    owner = it->second.get();
-  }
-  Pool& pool = owner != nullptr ? (size <= kSmallSize ? owner->small : owner->large)
-                                : (size <= kSmallSize ? small_pool_ : large_pool_);
   handleLocked(stream, device);  // free() reads it and must not resolve
   retryDeferredLocked();
   processEventsLocked();
   std::string runtime_message;
-  DeviceBlock* block = takeFreeBlockLocked(pool, stream, size);
+  DeviceBlock* block = takeFreeBlockLocked(*pool, stream, size);
   if (block == nullptr) {
-    block = allocateSegmentLocked(pool, owner, stream, device, segment_bytes, runtime_message,
+    block = allocateSegmentLocked(*pool, owner, stream, device, segment_bytes, runtime_message,
                                   context);
   }
   if (block == nullptr) {
@@ -130,9 +139,10 @@ DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex devi
     releaseCachedBlocks(context);
     lock.lock();
     ++stats_.num_alloc_retries;
-    block = takeFreeBlockLocked(pool, stream, size);
+    pool = &choosePoolLocked();  // an unused private pool may be gone now
+    block = takeFreeBlockLocked(*pool, stream, size);
     if (block == nullptr) {
-      block = allocateSegmentLocked(pool, owner, stream, device, segment_bytes, runtime_message,
+      block = allocateSegmentLocked(*pool, owner, stream, device, segment_bytes, runtime_message,
                                     context);
     }
     if (block == nullptr) {

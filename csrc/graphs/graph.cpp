@@ -139,13 +139,7 @@ class SpyreGraph final : public at::GraphImplInterface {
     // are not the replay's work in profiles (outside its record function).
     const c10::StreamId previous = last_stream_.load(std::memory_order_relaxed);
     const bool follows = previous >= 0 && previous != stream.id();
-    if (sanitizer::enabled()) {
-      // Each node's accesses, checked (or ordered, by the hazard tracker) as
-      // if it were launched here, before anything is queued.
-      if (follows) sanitizer::onStreamWaitEvent(stream.id(), &last_launch_);
-      sanitizer::onLaunchAll(stream.id(), accesses_);
-    }
-    {
+    auto launch = [&] {
       const std::lock_guard<std::mutex> lock(launch_mutex_);
       if (last_stream_.load(std::memory_order_relaxed) != stream.id()) last_launch_.wait(handle);
       {
@@ -154,8 +148,16 @@ class SpyreGraph final : public at::GraphImplInterface {
       }
       last_launch_.record(handle);
       last_stream_.store(stream.id(), std::memory_order_relaxed);
+    };
+    if (sanitizer::enabled()) {
+      // Each node's accesses, checked (or ordered, by the hazard tracker) as
+      // if it were launched here, with the launch.
+      if (follows) sanitizer::onStreamWaitEvent(stream.id(), &last_launch_);
+      sanitizer::onLaunchAll(stream.id(), accesses_, launch);
+      sanitizer::onEventRecord(&last_launch_, stream.id());
+    } else {
+      launch();
     }
-    if (sanitizer::enabled()) sanitizer::onEventRecord(&last_launch_, stream.id());
   }
 
   void reset() override { clear(); }

@@ -117,7 +117,8 @@ void bindSanitizer(py::module_& m) {
     std::vector<sanitizer::Access> accesses;
     for (size_t i = 0; i < tensors.size(); ++i) sanitizer::addTensor(accesses, tensors[i], writes[i]);
     sanitizer::onStreamFollows(comm, caller);
-    sanitizer::onLaunch(comm, name, accesses);
+    // The collective itself is queued by the caller right after.
+    sanitizer::onLaunch(comm, name, accesses, [] {});
   });
 }
 

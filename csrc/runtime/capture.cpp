@@ -216,12 +216,13 @@ std::pair<uint64_t, uint64_t> poolOf(c10::StreamId stream) {
 }
 
 bool recordCompute(c10::StreamId stream, const std::function<void()>& fn, const char* name,
-                   size_t bytes) {
+                   size_t bytes, const std::function<void()>& on_record) {
   Registry& r = registry();
   std::unique_lock<std::mutex> lock(r.mutex);
   Capture* capture = captureOfLocked(r, stream);
   if (capture == nullptr) return false;
   raiseIfInvalidated(lock, *capture, stream, name != nullptr ? name : "compute");
+  if (on_record) on_record();
   flex::ComputeParams params;
   params.fn = fn;
   params.name = name != nullptr ? name : "compute";
@@ -262,6 +263,16 @@ bool noteAccesses(c10::StreamId stream, const std::string& op,
   if (capture == nullptr) return false;
   stateOf(*capture, stream).noted.emplace(op, accesses);
   return true;
+}
+
+void forgetNotedAccesses(c10::StreamId stream) noexcept {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  Capture* capture = captureOfLocked(r, stream);
+  if (capture == nullptr) return;
+  for (Capture::StreamState& state : capture->streams) {
+    if (state.id == stream) state.noted.reset();
+  }
 }
 
 void holdInput(c10::StreamId stream, const c10::Storage& storage) {

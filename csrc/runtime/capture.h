@@ -114,9 +114,11 @@ bool isCapturing(c10::StreamId stream);
 std::pair<uint64_t, uint64_t> poolOf(c10::StreamId stream);
 
 // The launch sites: true when `stream` is capturing and the operation was
-// recorded instead of queued. `fn` is called once per replay.
+// recorded instead of queued. `fn` is called once per replay. `on_record` (if
+// any) is called first, under the capture lock, only when `fn` is recorded:
+// it prepares `fn` for replays (no replay can start before it returns).
 bool recordCompute(c10::StreamId stream, const std::function<void()>& fn, const char* name,
-                   size_t bytes);
+                   size_t bytes, const std::function<void()>& on_record = {});
 bool recordD2D(c10::StreamId stream, const flex::D2DParams& params);
 bool recordFill(c10::StreamId stream, const flex::CompositeAddress& address, double value,
                 flex::DataFormats format);
@@ -126,6 +128,8 @@ bool recordFill(c10::StreamId stream, const flex::CompositeAddress& address, dou
 // the node recorded next on it.
 bool noteAccesses(c10::StreamId stream, const std::string& op,
                   const std::vector<sanitizer::Access>& accesses);
+// The launch that noted them raised: no node takes them.
+void forgetNotedAccesses(c10::StreamId stream) noexcept;
 
 // Work recorded on `stream` uses `storage`, which its capture did not
 // allocate: the capture (then its graph) keeps it alive. Nothing when

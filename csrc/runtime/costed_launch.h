@@ -15,6 +15,7 @@ namespace spyre {
 // SpyreStream::launchComputeSkippingDeviceCheck with `cost`. A launch recorded
 // into a graph capture drops the cost (the node is priced from `bytes`).
 void launchComputeWithCost(const SpyreStream& stream, std::function<void()> fn, const char* name,
-                           size_t bytes, const flex::WorkCost& cost);
+                           size_t bytes, const flex::WorkCost& cost,
+                           const std::function<void()>& on_record = {});
 
 }  // namespace spyre

@@ -274,7 +274,8 @@ Mode mode() {
 namespace {
 
 // One launch on `stream_id` of the accesses `mine` (onLaunch, onLaunchAll).
-void launchRecords(int64_t stream_id, std::vector<Record> mine, bool order);
+void launchRecords(int64_t stream_id, std::vector<Record> mine, bool order,
+                   const std::function<void()>& launch);
 
 void addRecords(std::vector<Record>& mine, int64_t stream_id, const std::string& op,
                 const std::vector<Access>& accesses, const std::string& stack) {
@@ -293,39 +294,56 @@ std::string launchStack(bool order) {
 
 }  // namespace
 
-void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses) {
+void onLaunch(int64_t stream_id, const std::string& op, const std::vector<Access>& accesses,
+              const std::function<void()>& launch) {
   // Captured work is recorded, not run: it accesses nothing now. Its graph
   // keeps the accesses and checks them at each replay (onLaunchAll).
-  if (capture::anyCapture() && capture::noteAccesses(stream_id, op, accesses)) return;
-  if (!enabled()) return;
+  if (capture::anyCapture() && capture::noteAccesses(stream_id, op, accesses)) {
+    try {
+      launch();
+    } catch (...) {
+      capture::forgetNotedAccesses(stream_id);  // no node took them
+      throw;
+    }
+    return;
+  }
+  if (!enabled()) {
+    launch();
+    return;
+  }
   const bool order = mode() == Mode::Order;
   std::vector<Record> mine;
   mine.reserve(accesses.size());
   addRecords(mine, stream_id, op, accesses, launchStack(order));
-  launchRecords(stream_id, std::move(mine), order);
+  launchRecords(stream_id, std::move(mine), order, launch);
 }
 
 void onLaunchAll(int64_t stream_id,
-                 const std::vector<std::pair<std::string, std::vector<Access>>>& launches) {
-  if (!enabled()) return;
+                 const std::vector<std::pair<std::string, std::vector<Access>>>& launches,
+                 const std::function<void()>& launch) {
+  if (!enabled()) {
+    launch();
+    return;
+  }
   const bool order = mode() == Mode::Order;
   const std::string stack = launchStack(order);
   std::vector<Record> mine;
   for (const auto& [op, accesses] : launches) addRecords(mine, stream_id, op, accesses, stack);
-  launchRecords(stream_id, std::move(mine), order);
+  launchRecords(stream_id, std::move(mine), order, launch);
 }
 
 namespace {
 
-void launchRecords(int64_t stream_id, std::vector<Record> mine, bool order) {
+void launchRecords(int64_t stream_id, std::vector<Record> mine, bool order,
+                   const std::function<void()>& launch) {
   std::string problem;
-  std::vector<int64_t> waits;  // Mode::Order: the streams to wait for
   {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     Clock& clock = s.stream(stream_id);
     clock.merge(s.host);
     const Tick tick = clock.of(stream_id) + 1;
+    std::vector<int64_t> waits;  // Mode::Order: the streams to wait for
     for (const Record& now : mine) {
       for (const Record& before : s.records) {
         if (!(now.write || before.write)) continue;
@@ -345,7 +363,16 @@ void launchRecords(int64_t stream_id, std::vector<Record> mine, bool order) {
       }
       if (!problem.empty()) break;
     }
-    if (problem.empty() || mode() == Mode::Warn) {
+    if (!problem.empty() && mode() != Mode::Warn) {
+      // Raised below: nothing is queued, nothing recorded.
+    } else {
+      // The waits before the access, then the access, then its record, all
+      // under this lock: a launch checked after this one on this stream is
+      // queued after the waits it relies on (the clock merged them), and an
+      // event recorded after it covers it. A launch that raises leaves no
+      // record behind to be reported against later accesses.
+      for (const int64_t earlier : waits) orderAfter(stream_id, earlier);
+      launch();
       clock.ticks[stream_id] = tick;
       for (Record& now : mine) {
         now.tick = tick;
@@ -363,8 +390,6 @@ void launchRecords(int64_t stream_id, std::vector<Record> mine, bool order) {
       s.countHostRecords();
     }
   }
-  // Queued before the access itself (the caller launches it after this).
-  for (const int64_t earlier : waits) orderAfter(stream_id, earlier);
   if (problem.empty()) return;
   if (mode() == Mode::Warn) {
     std::fputs(problem.c_str(), stderr);

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,17 +83,24 @@ struct Access {
   bool host = false;
 };
 
-// Called on the launching thread before an operation named `op` (as the
-// profiler names it: "aten::mul.Tensor", "H2D", ...) is queued on stream
-// `stream`. Raises (Mode::Raise) or prints (Mode::Warn) a report when an
-// access races with an earlier one; nothing is queued then in raise mode. In
-// Mode::Order, queues the waits that order it instead.
-void onLaunch(int64_t stream, const std::string& op, const std::vector<Access>& accesses);
+// The launch of an operation named `op` (as the profiler names it:
+// "aten::mul.Tensor", "H2D", ...) on stream `stream`: `launch` queues it.
+// Raises (Mode::Raise) or prints (Mode::Warn) a report when an access races
+// with an earlier one; nothing is queued then in raise mode. In Mode::Order,
+// queues the waits that order it instead. The check, the waits, `launch` and
+// the record are one step under the tracker's lock: a launch on the same
+// stream from another thread is checked before or after all of it, and what
+// the clocks say was launched was queued. When `launch` raises, nothing is
+// recorded. `launch` only queues: it must not call into the sanitizer or take
+// the GIL (it runs under the tracker's lock).
+void onLaunch(int64_t stream, const std::string& op, const std::vector<Access>& accesses,
+              const std::function<void()>& launch);
 // The same for operations (op, accesses) launched together as one, in order (a
 // graph replay): all are checked before any is recorded, so a report leaves
 // none recorded.
 void onLaunchAll(int64_t stream,
-                 const std::vector<std::pair<std::string, std::vector<Access>>>& launches);
+                 const std::vector<std::pair<std::string, std::vector<Access>>>& launches,
+                 const std::function<void()>& launch);
 
 // The host side of copies: a non_blocking copy's pinned host bytes are an
 // access of its stream like its device bytes (onLaunch, Access::host), and
@@ -147,10 +155,11 @@ void onDeviceComplete();
 // Forgets every access and clock (tests; the runtime's restart).
 void reset();
 
-// fork(): the tracker's lock is a leaf (nothing is locked under it), taken
-// last before fork() and released after it in parent and child, so a child
-// never inherits it held by a thread that does not exist there
-// (device/fork_gate.cpp).
+// fork(): the tracker's lock is taken after the allocators' locks before
+// fork() and released after it in parent and child, so a child never inherits
+// it held by a thread that does not exist there (device/fork_gate.cpp). Under
+// it a launch takes only the capture's and the runtime's locks, never an
+// allocator's; the runtime's own fork handler runs after this one.
 void lockForFork();
 void unlockAfterFork();
 

@@ -331,16 +331,22 @@ void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size
 }
 
 void SpyreStream::launchComputeSkippingDeviceCheck(std::function<void()> fn, const char* name,
-                                               size_t bytes) const {
+                                               size_t bytes,
+                                               const std::function<void()>& on_record) const {
   flex::RuntimeStream* handle = resolveRuntimeHandleSkippingDeviceCheck();
-  if (C10_UNLIKELY(capture::anyCapture()) && capture::recordCompute(id(), fn, name, bytes)) return;
+  if (C10_UNLIKELY(capture::anyCapture()) &&
+      capture::recordCompute(id(), fn, name, bytes, on_record)) {
+    return;
+  }
   handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
 }
 
 void launchComputeWithCost(const SpyreStream& stream, std::function<void()> fn, const char* name,
-                           size_t bytes, const flex::WorkCost& cost) {
+                           size_t bytes, const flex::WorkCost& cost,
+                           const std::function<void()>& on_record) {
   flex::RuntimeStream* handle = stream.resolveRuntimeHandleSkippingDeviceCheck();
-  if (C10_UNLIKELY(capture::anyCapture()) && capture::recordCompute(stream.id(), fn, name, bytes)) {
+  if (C10_UNLIKELY(capture::anyCapture()) &&
+      capture::recordCompute(stream.id(), fn, name, bytes, on_record)) {
     return;
   }
   flex::ComputeParams params = computeParams(std::move(fn), name, bytes);

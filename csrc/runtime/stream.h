@@ -133,9 +133,13 @@ class SpyreStream {
   void launchD2D(const void* src, void* dst, size_t nbytes) const;
   void launchCompute(std::function<void()> fn, const char* name, size_t bytes = 0) const;
   // launchCompute for a stream whose device ensureDevice() accepted during
-  // this op (the launch path checks its device once per op).
+  // this op (the launch path checks its device once per op). When the stream
+  // is capturing, `on_record` (if any) is called before `fn` is recorded, under
+  // the capture's lock: whether an op is replayed is decided where it is
+  // recorded (another thread may make the stream join a capture at any time).
   void launchComputeSkippingDeviceCheck(std::function<void()> fn, const char* name,
-                                    size_t bytes = 0) const;
+                                    size_t bytes = 0,
+                                    const std::function<void()>& on_record = {}) const;
   void launchHostCallback(std::function<void()> fn, const char* name) const;
   // A window in which the collective transport reads and writes device memory
   // (flex::PeerAccessWindow): it holds the stream from when the stream reaches

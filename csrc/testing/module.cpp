@@ -44,4 +44,8 @@ PYBIND11_MODULE(_testing, m) {
         [](std::uintptr_t handle) { return flex::test::launchedOps(asStream(handle)); });
   m.def("completed_ops",
         [](std::uintptr_t handle) { return flex::test::completedOps(asStream(handle)); });
+  // The device fault report's tests (they end in a fatal signal).
+  m.def("lock_device_memory_registry", &flex::test::lockDeviceMemoryRegistry);
+  m.def("unlock_device_memory_registry", &flex::test::unlockDeviceMemoryRegistry);
+  m.def("exhaust_device_memory_backing", &flex::test::exhaustDeviceMemoryBacking);
 }

@@ -5,6 +5,8 @@
 //   pool_stress [--threads 8] [--ops 100000] [--seed 1]   stress, then faults
 //   pool_stress --mode lock-hold [--slow-create-ms 20] [--readers 4]
 //   pool_stress --mode exit-queued | exit-thread | exit-during [--ops N]
+//   pool_stress --mode capture-join [--ops 2000]
+//   pool_stress --mode hazard-order [--ops 2000]
 //
 // Every check counts a failure instead of aborting; the program prints a
 // summary and exits 1 if any check failed or any runtime call ran under the
@@ -22,8 +24,10 @@
 #include <flex/testing.hpp>
 
 #include "audit.hpp"
+#include "runtime/capture.h"
 #include "runtime/error.h"
 #include "runtime/runtime.h"
+#include "runtime/sanitizer.h"
 #include "runtime/stream.h"
 #include "stress_util.hpp"
 
@@ -588,6 +592,160 @@ int lockHoldMode(int slow_ms, int readers) {
   return summary("lock-hold");
 }
 
+// Captures joining a launching stream: one thread launches run-once work on
+// stream S (as the launch path's Work: it gives its state up after one run
+// unless it was prepared for replays when it was recorded), another captures
+// on its own stream, makes S join the capture (an event wait) and join back,
+// ends the capture and replays the graph twice. Whichever launches S's joins
+// catch, a recorded work must be replayable: a work recorded without being
+// prepared would run on a null state at the second replay.
+struct CaptureJoinWork {
+  bool replayable = false;  // set under the capture lock, read by replays
+};
+std::atomic<uint64_t> g_replayed_runs{0};
+
+int captureJoinMode(int64_t iterations) {
+  spyre::startRuntime();
+  const SpyreStream joined = spyre::getStreamFromPool(0);
+  const SpyreStream origin = spyre::getStreamFromPool(0);
+  std::atomic<bool> capturing_done{false};
+  std::atomic<uint64_t> launched{0};
+  std::thread launcher([&] {
+    while (!capturing_done.load(std::memory_order_acquire)) {
+      auto work = std::make_shared<CaptureJoinWork>();
+      CaptureJoinWork* raw = work.get();
+      try {
+        joined.launchComputeSkippingDeviceCheck(
+            [work = std::move(work)]() mutable {
+              if (work->replayable) g_replayed_runs.fetch_add(1, std::memory_order_relaxed);
+              if (!work->replayable) work.reset();  // run once: its state is gone
+            },
+            "capture-join-op", 0, [raw] { raw->replayable = true; });
+      } catch (const std::exception& e) {
+        STRESS_CHECK(false, std::string("launch on the joined stream raised: ") + e.what());
+      }
+      launched.fetch_add(1, std::memory_order_relaxed);
+      // Let the capturing thread in: a launcher that keeps the capture lock
+      // busy records thousands of nodes per capture.
+      std::this_thread::yield();
+    }
+  });
+  uint64_t ended = 0, unjoined = 0, recorded = 0;
+  for (int64_t i = 0; i < iterations; ++i) {
+    spyre::capture::Capture capture;
+    int fork_event = 0, join_event = 0;  // only their addresses name them
+    spyre::capture::begin(capture, origin.id(), spyre::capture::Mode::Relaxed, {0, 0});
+    STRESS_CHECK(spyre::capture::recordEvent(&fork_event, origin.id()), "");
+    STRESS_CHECK(spyre::capture::waitEvent(&fork_event, joined.id()), "");  // joined joins
+    // At least one launch wholly inside the join; the one in flight at either
+    // end falls on whichever side its record does.
+    const uint64_t before = launched.load();
+    while (launched.load() < before + 2) std::this_thread::yield();
+    STRESS_CHECK(spyre::capture::recordEvent(&join_event, joined.id()), "");
+    STRESS_CHECK(spyre::capture::waitEvent(&join_event, origin.id()), "");  // and back
+    try {
+      spyre::capture::end(capture);
+      ++ended;
+    } catch (const c10::Error& e) {
+      // An op recorded on the joined stream after its join back: CUDA's
+      // "unjoined" error, the capture holds nothing.
+      STRESS_CHECK(contains(e, "is not joined back"), e.what());
+      ++unjoined;
+      continue;
+    }
+    uint64_t ops = 0;
+    for (const spyre::capture::Node& node : capture.nodes) ops += node.name == "capture-join-op";
+    recorded += ops;
+    if (ops == 0) continue;
+    flex::RuntimeStream* handle = origin.resolveRuntimeHandle();
+    handle->launchGraph(capture.graph);
+    handle->launchGraph(capture.graph);
+    origin.synchronize();
+  }
+  capturing_done.store(true, std::memory_order_release);
+  launcher.join();
+  joined.synchronize();
+  STRESS_CHECK(g_replayed_runs.load() == 2 * recorded,
+               "replayed runs " + std::to_string(g_replayed_runs.load()) + ", expected 2 x " +
+                   std::to_string(recorded) + " recorded ops");
+  std::printf("capture-join: iterations=%lld ended=%llu unjoined=%llu launched=%llu recorded=%llu\n",
+              static_cast<long long>(iterations), static_cast<unsigned long long>(ended),
+              static_cast<unsigned long long>(unjoined),
+              static_cast<unsigned long long>(launched.load()),
+              static_cast<unsigned long long>(recorded));
+  return summary("capture-join");
+}
+
+// The hazard tracker (sanitizer Mode::Order) from two threads launching on one
+// stream: each launch reads bytes a gated stream writes, so each must be
+// queued behind a wait for that write. The first launch to be checked merges
+// the writer's clock; the second then sees it ordered, so the first's wait
+// must already be queued when the second is checked. First, a launch that
+// raises (Mode::Raise) must leave no access behind to be reported.
+std::vector<spyre::sanitizer::Access> accessOf(uintptr_t origin, bool write) {
+  spyre::sanitizer::Access access;
+  access.bytes.origin = origin;
+  access.bytes.itemsize = 4;
+  access.bytes.sizes = {16};
+  access.bytes.strides = {1};
+  access.bytes.what = "float32[16]";
+  access.write = write;
+  return {access};
+}
+
+int hazardOrderMode(int64_t iterations) {
+  namespace san = spyre::sanitizer;
+  spyre::startRuntime();
+  const SpyreStream writer = spyre::getStreamFromPool(0);
+  const SpyreStream reader = spyre::getStreamFromPool(0);
+  san::setMode(san::Mode::Raise);
+  try {
+    san::onLaunch(writer.id(), "raising-write", accessOf(0x100000, true),
+                  [] { throw std::runtime_error("the launch failed"); });
+    STRESS_CHECK(false, "a raising launch did not raise");
+  } catch (const std::runtime_error& e) {
+    STRESS_CHECK(std::string(e.what()) == "the launch failed", e.what());
+  }
+  try {
+    san::onLaunch(reader.id(), "write", accessOf(0x100000, true), [] {});
+  } catch (const std::exception& e) {
+    STRESS_CHECK(false, std::string("reported against a launch that raised: ") + e.what());
+  }
+  san::setMode(san::Mode::Order);
+  std::atomic<uint64_t> early{0};
+  for (int64_t i = 0; i < iterations; ++i) {
+    const uintptr_t origin = 0x200000 + static_cast<uintptr_t>(i) * 0x100;
+    auto written = std::make_shared<std::atomic<bool>>(false);
+    flex::test::Gate gate;
+    gate.enqueueOn(writer.resolveRuntimeHandle());
+    san::onLaunch(writer.id(), "write", accessOf(origin, true), [&] {
+      writer.launchCompute([written] { written->store(true); }, "write");
+    });
+    std::atomic<int> ready{0};
+    runThreads(2, [&](int) {
+      ready.fetch_add(1);
+      while (ready.load() < 2) std::this_thread::yield();
+      san::onLaunch(reader.id(), "read", accessOf(origin, false), [&] {
+        reader.launchCompute(
+            [written, &early] {
+              if (!written->load()) early.fetch_add(1);
+            },
+            "read");
+      });
+    });
+    gate.release();  // a read queued without its wait may have run already
+    writer.synchronize();
+    reader.synchronize();
+  }
+  san::setMode(san::Mode::Off);
+  STRESS_CHECK(early.load() == 0,
+               std::to_string(early.load()) + " reads ran before the write they were ordered after");
+  std::printf("hazard-order: iterations=%lld early_reads=%llu ordering_waits=%lld\n",
+              static_cast<long long>(iterations), static_cast<unsigned long long>(early.load()),
+              static_cast<long long>(san::orderingWaits()));
+  return summary("hazard-order");
+}
+
 // Clean exit with work queued: a gate that is never released blocks the
 // default stream and a pool stream with work behind it, a 60 s delay occupies
 // another, memory stays allocated. Returning from main must be quick and quiet.
@@ -658,6 +816,8 @@ int main(int argc, char** argv) {
   if (mode == "exit-queued") return exitQueuedMode();
   if (mode == "exit-thread") return exitThreadMode();
   if (mode == "exit-during") return exitDuringMode(ops, seed);
+  if (mode == "capture-join") return captureJoinMode(stress::option(argc, argv, "--ops", 2000));
+  if (mode == "hazard-order") return hazardOrderMode(stress::option(argc, argv, "--ops", 2000));
   std::fprintf(stderr, "unknown --mode '%s'\n", mode.c_str());
   return 2;
 }

@@ -140,25 +140,27 @@ void DeviceArena::release(void* device_ptr) {
   }
 }
 
-bool DeviceArena::allocationAtForFault(uintptr_t address, uintptr_t* start, size_t* size) {
-  bool locked = false;
-  for (int attempt = 0; attempt < 1000 && !locked; ++attempt) {
-    locked = mutex_.try_lock();
-    if (!locked) usleep(1000);
-  }
-  if (!locked) return false;
-  bool found = false;
+DeviceArena::Lookup DeviceArena::allocationAtForFault(uintptr_t address, uintptr_t* start,
+                                                      size_t* size) {
+  if (!mutex_.try_lock()) return Lookup::Busy;
+  Lookup found = Lookup::None;
   auto next = live_.upper_bound(address);
   if (next != live_.begin()) {
     const auto& [begin, sizes] = *std::prev(next);
     if (address - begin < sizes.second) {
       *start = begin;
       *size = sizes.first;
-      found = true;
+      found = Lookup::Found;
     }
   }
   mutex_.unlock();
   return found;
+}
+
+void DeviceArena::exhaustBackingForTest() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  punch_holes_ = false;
+  if (ftruncate(fd_, 0) != 0) fail("ftruncate");
 }
 
 void DeviceArena::unlockAfterFork(bool child) {

@@ -29,9 +29,18 @@ class DeviceArena {
   void release(void* device_ptr);
 
   // The live allocation holding `address` (start and requested size), for the
-  // fault report: tries the lock a bounded number of times and never blocks or
-  // allocates. False if the address is in no live allocation or the lock stayed busy.
-  bool allocationAtForFault(uintptr_t address, uintptr_t* start, size_t* size);
+  // fault report, from a signal handler: tries the lock once (a handler must
+  // not wait: the holder may be the interrupted thread, or stopped) and never
+  // allocates. Busy when the lock was held.
+  enum class Lookup { Found, None, Busy };
+  Lookup allocationAtForFault(uintptr_t address, uintptr_t* start, size_t* size);
+
+  // Tests of the fault report (flex/testing.hpp): the registry's lock held,
+  // and shared memory that can back no page any more (every access through
+  // the executors' view then raises SIGBUS, as when the host is out of it).
+  void lockForTest() { mutex_.lock(); }
+  void unlockForTest() { mutex_.unlock(); }
+  void exhaustBackingForTest();
 
   // fork(): the registry is copied consistent. A child shares the parent's
   // pages (MAP_SHARED), so its frees must not hand them back to the OS.

@@ -3,6 +3,7 @@
 
 #include "clock.hpp"
 #include "context_impl.hpp"
+#include "device_arena.hpp"
 #include "stream_impl.hpp"
 #include "trace.hpp"
 
@@ -33,6 +34,18 @@ void injectFault(RuntimeStream* stream, const std::string& message) {
   std::lock_guard<std::mutex> lock(impl.mutex);
   impl.injected_fault = message;
   impl.fault_pending = true;
+}
+
+void lockDeviceMemoryRegistry() {
+  if (detail::DeviceArena* arena = detail::DeviceArena::ifReserved()) arena->lockForTest();
+}
+
+void unlockDeviceMemoryRegistry() {
+  if (detail::DeviceArena* arena = detail::DeviceArena::ifReserved()) arena->unlockForTest();
+}
+
+void exhaustDeviceMemoryBacking() {
+  if (detail::DeviceArena* arena = detail::DeviceArena::ifReserved()) arena->exhaustBackingForTest();
 }
 
 void startTrace() {

@@ -50,4 +50,15 @@ uint64_t completedOps(const RuntimeStream* stream);
 // context was created (0 without card timing): the merge is amortised.
 uint64_t cardCompactions();
 
+// The device fault report's tests. lockDeviceMemoryRegistry: the calling
+// thread holds the lock of the registry of device allocations (as an
+// allocation in progress does) until unlockDeviceMemoryRegistry from the same
+// thread. exhaustDeviceMemoryBacking: the shared memory behind device memory
+// backs no page any more, as when the host is out of shared memory: the next
+// access an executor makes raises SIGBUS and the process dies with a report.
+// No-ops before the first device allocation.
+void lockDeviceMemoryRegistry();
+void unlockDeviceMemoryRegistry();
+void exhaustDeviceMemoryBacking();
+
 }  // namespace flex::test
