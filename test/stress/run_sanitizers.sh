@@ -125,7 +125,7 @@ run() {
     cat "$out"
     head -40 "$err"
   else
-    echo "[$variant] $label: ok (${elapsed}s) $(grep -hE '^(stress|lock-hold|faults):' "$out" | tr '\n' ' ')"
+    echo "[$variant] $label: ok (${elapsed}s) $(grep -hE '^(stress|lock-hold|faults|peer-windows):' "$out" | tr '\n' ' ')"
   fi
   rm -f "$out" "$err"
 }
@@ -141,6 +141,7 @@ for variant in "${VARIANTS[@]}"; do
   run "$variant" "exit-queued" 10 --mode exit-queued
   run "$variant" "exit-thread" 10 --mode exit-thread
   run "$variant" "exit-during" 10 --mode exit-during --threads "$THREADS" --ops 100000000
+  run "$variant" "peer-windows" 120 --mode peer-windows --threads "$THREADS" --ops 500
 done
 
 echo "sanitizers: variants=${VARIANTS[*]} findings=$FINDINGS failures=$FAILURES"
