@@ -236,6 +236,34 @@ if os.environ["SPYRECCL_STAGING"] == "0":
         dist.all_reduce(t)
         out["window.sync_with_late_peer"] = t.cpu().tolist()
 
+# synchronize() covers every collective issued before it, staged or not (with
+# SPYRECCL_STAGING=1; strided and PREMUL_SUM tensors stage by themselves; 17 MiB
+# goes in pieces): rank 0's synchronize() starts while rank 1 has not joined
+# yet, and returns once the result is in its tensor (the copies back are queued
+# only once gloo is done, after the synchronize() started).
+store = dist.distributed_c10d._get_default_store()
+for case in ("contiguous", "strided", "premul_sum", "pieces", "all_gather", "broadcast"):
+    numel = 17 * 2**20 // 4 if case == "pieces" else 2
+    t = torch.full((numel, 2) if case == "strided" else (numel,), r + 1.0, device="spyre")
+    t = t[:, 1] if case == "strided" else t
+    op = dist._make_nccl_premul_sum(2.0) if case == "premul_sum" else R.SUM
+    if r == 1:
+        store.wait([f"sync_{case}"])
+    if case == "all_gather":
+        result = torch.zeros(4, device="spyre")
+        work = dist.all_gather_into_tensor(result, t, async_op=True)
+    elif case == "broadcast":
+        result = t
+        work = dist.broadcast(t, src=0, async_op=True)  # rank 1 receives
+    else:
+        result = t
+        work = dist.all_reduce(t, op=op, async_op=True)
+    if r == 0:
+        store.set(f"sync_{case}", "go")
+    torch.spyre.synchronize()
+    out[f"sync.{case}"] = sorted(set(result.cpu().tolist()))
+    work.wait()
+
 # 4. wait(timeout) gives up, with a clear error, on a collective whose inputs
 #    are held (rank 0's stream is gated; rank 1 waits inside gloo meanwhile);
 #    once the gate opens, the collective completes on both ranks.
@@ -494,6 +522,14 @@ def test_direct_collectives_work_only_inside_their_window_on_the_comm_stream(col
         assert held[2] == 1  # the comm stream is parked at the gate
         assert res["window.after"] == [True, [30.0, 30.0]]
         assert res["window.sync_with_late_peer"] == [3.0, 3.0]
+
+
+def test_synchronize_covers_every_collective_issued_before_it(collectives):
+    # Staged, the copies back used to be queued after synchronize() had returned: it
+    # gave the inputs (1.0 / 2.0) on both ranks.
+    for case, values in (("contiguous", [3.0]), ("strided", [3.0]), ("premul_sum", [6.0]),
+                         ("pieces", [3.0]), ("all_gather", [1.0, 2.0]), ("broadcast", [1.0])):
+        assert both(collectives, f"sync.{case}") == [values, values], case
 
 
 def test_an_input_dropped_in_flight_is_not_reused_before_gloo_is_done(collectives):

@@ -118,38 +118,54 @@ def test_a_device_failure_on_one_rank_fails_the_collective_on_every_rank(tmp_pat
     assert [res["after"] for res in results] == [[3.0, 3.0], [3.0, 3.0]]
 
 
-def test_a_failed_communication_stream_fails_direct_collectives_on_every_rank(tmp_path):
-    # Rank 0's communication stream fails before a direct collective's peer
-    # access window: the window never opens, so gloo never touches rank 0's
-    # memory. Every rank gets the same error instead of waiting for the
-    # timeout, rank 1's tensor is untouched, and so is every later collective
-    # of the group (its communication stream stays failed, as a card's would).
+# direct: gloo in the window; staged: SPYRECCL_STAGING=1 (the copies back would run on the failed
+# stream); strided and PREMUL_SUM stage by themselves; pipelined: staged in pieces.
+@pytest.mark.parametrize("case", ["direct", "staged", "strided", "premul_sum", "pipelined",
+                                  "pipelined_direct"])
+def test_a_failed_communication_stream_fails_the_collective_on_every_rank(tmp_path, case):
+    # Rank 0's communication stream fails before the collective's peer access
+    # window: the window never opens, so gloo never touches rank 0's memory
+    # and no copy back is queued there. Every rank gets the same error instead
+    # of rank 0 passing for success with its tensor never written (staged, before)
+    # or waiting for the timeout, rank 1's tensor is untouched, and so is every
+    # later collective of the group (its communication stream stays failed, as
+    # a card's would).
+    numel = 17 * 2**20 // 4 if case.startswith("pipelined") else 4
+    env = {"SPYRECCL_STAGING": "1"} if case in ("staged", "pipelined") else {}
     torchrun(
         tmp_path,
         PRELUDE
         + WAIT_UNTIL
+        + f"NUMEL, CASE = {numel}, {case!r}\n"
         + textwrap.dedent(
             """
         from torch_spyre.testing import Gate, inject_fault
         dist.init_process_group()
         r = dist.get_rank()
         comm = dist.group.WORLD._comm()
-        t = torch.full((4,), r + 1.0, device="spyre")
+        op = dist.ReduceOp.SUM
+        if CASE == "strided":
+            t = torch.full((NUMEL, 2), r + 1.0, device="spyre")[:, 0]
+        else:
+            t = torch.full((NUMEL,), r + 1.0, device="spyre")
+        if CASE == "premul_sum":
+            op = dist._make_nccl_premul_sum(1.0)
         with Gate() as gate:
             if r == 0:
                 gate.block(comm)
                 wait_until(lambda: gate.blocked_streams == 1, what="the gate to run")
                 inject_fault(comm, "injected: link down")  # hits the collective's first op there
-            work = dist.all_reduce(t, async_op=True)
+            work = dist.all_reduce(t, op=op, async_op=True)
             gate.release()
         out["wait"] = [error(work.wait), work.is_success()]
-        out["t"] = t.cpu().tolist()
+        out["t"] = sorted(set(t.cpu().tolist()))
         out["again"] = error(lambda: dist.all_reduce(t))
         out["comm"] = [comm.stream_id, error(comm.synchronize)]
         dist.destroy_process_group()
         save()
         """
         ),
+        env=env,
     )
     results = rank_results(tmp_path)
     comm_id = results[0]["comm"][0]
@@ -159,7 +175,7 @@ def test_a_failed_communication_stream_fails_direct_collectives_on_every_rank(tm
         f"{comm_id} failed before the collective: injected: link down)",
     ]
     assert [res["wait"] for res in results] == [[failed, False], [failed, False]]
-    assert [res["t"] for res in results] == [[1.0] * 4, [2.0] * 4]
+    assert [res["t"] for res in results] == [[1.0], [2.0]]
     again = failed[1].replace("injected: link down",
                               "Cannot schedule operation on stream in error state: injected: link down")
     assert [res["again"] for res in results] == [["RuntimeError", again]] * 2

@@ -6,12 +6,15 @@ The models (a GPT-2 shaped one, training steps, a static-cache decode) are in th
 
 import gc
 import importlib.util
+import json
 import logging
+import re
 
 import pytest
 import torch
 
 import torch_spyre  # noqa: F401
+from conftest import run_python
 
 pytestmark = pytest.mark.usefixtures("drained_device", "fresh_dynamo")
 
@@ -508,3 +511,73 @@ def test_a_graph_with_a_cpu_tensor_runs_without_a_graph_and_says_why(skips):
     assert len(skips) == 1
     assert skips[0].startswith("skipping cudagraphs due to cpu device (arg1_1). Found from : \n")
     assert ", in times\n" in skips[0]  # the line, as compiled (inductor's cache keeps it)
+
+
+# ------------------------------------------------------------------ other policies, memory
+
+
+def test_a_policy_of_the_users_turns_spyre_graphs_off_and_the_code_runs():
+    # Importing cudagraph_utils installed spyre's policy and device check; a policy set after
+    # it replaces spyre's. Before, that policy got the spyre graph and CUDA's graph trees
+    # raised "PyTorch was compiled without CUDA support".
+    from torch._inductor import config
+    from torch._inductor.cudagraph_utils import (CUDAGraphPolicy,
+                                                 check_multiple_devices_or_any_cpu_nodes)
+
+    class Users(CUDAGraphPolicy):
+        pass
+
+    with config.patch(cudagraph_policy=Users()):
+        f = torch.compile(lambda x, n: x * n + 1, mode="reduce-overhead")
+        x = spyre([1.0, 2.0])
+        results, launches = graph_launches(lambda: [f(x, n).tolist() for n in (2, 2, 2, 3)])
+        # Inductor's own reason for a device that is not CUDA (spyre's policy is not in force).
+        reason = check_multiple_devices_or_any_cpu_nodes({torch.device("spyre", 0): None})
+    assert results == [[3.0, 5.0]] * 3 + [[4.0, 7.0]]
+    assert launches == 0
+    assert reason == "skipping cudagraphs due to multiple devices: device(type='spyre', index=0)"
+    assert check_multiple_devices_or_any_cpu_nodes({torch.device("spyre", 0): None}) is None
+
+
+def test_a_capture_out_of_memory_frees_the_functions_graphs():
+    # 48 MiB of device memory: each int key's graph holds a pool of its own (2 MiB) until the
+    # 24th capture runs out of memory. The function then runs without graphs for good, so its
+    # graphs can never replay again: before, they kept their pools (the whole budget) until
+    # torch._dynamo.reset(), and the warning only said "the captured graph is empty".
+    result = run_python(
+        """
+        import json
+        import warnings
+        import torch
+        import torch_spyre  # noqa: F401
+
+        f = torch.compile(lambda x, n: x * n + 1, mode="reduce-overhead")
+        x = torch.tensor([1.0, 2.0]).to("spyre")
+        values = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for n in range(1, 41):
+                for _ in range(2):  # the key's warm-up, then its capture (or a call without)
+                    values.append(f(x, n).tolist())
+        torch.spyre.synchronize()
+        torch.spyre.empty_cache()
+        reserved = torch.spyre.memory_reserved()
+        after = f(x, 3).tolist()
+        expected = [[n + 1.0, 2.0 * n + 1] for n in range(1, 41) for _ in range(2)]
+        print(json.dumps([values == expected, [str(w.message) for w in caught], reserved,
+                          after]))
+        """,
+        env={"FLEX_STUB_MEMORY_BYTES": str(48 * 2**20)},
+    )
+    right, messages, reserved, after = json.loads(result.stdout.strip().splitlines()[-1])
+    assert right
+    assert after == [4.0, 7.0]
+    assert len(messages) == 1, messages  # not "the captured graph is empty" besides
+    assert re.fullmatch(
+        r"torch\.compile\(mode='reduce-overhead'\) on spyre: this graph cannot be captured, it "
+        r"runs without a spyre graph \(Spyre out of memory on spyre:0: tried to allocate 8 bytes "
+        r"\(a segment of 2097152 bytes\); .*\); its 22 recorded spyre graph\(s\) are freed "
+        r"\(their pools go back to the device at the next empty_cache\(\) or allocation that "
+        r"needs them\)", messages[0]), messages[0]
+    # What the function's eager calls use (x, its outputs); the graphs held 44 MiB before.
+    assert reserved == 4 * 2**20

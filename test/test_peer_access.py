@@ -5,6 +5,7 @@ Each test binds the runtime, so each runs in a process of its own."""
 
 import json
 import re
+import textwrap
 
 from conftest import run_python
 
@@ -111,3 +112,141 @@ def test_a_window_is_refused_in_a_graph_capture_and_views_refuse_conj():
                         r"is capturing a graph", out[0]), out[0]
     assert out[1] == ("peer access view: expected a tensor without conj/neg bits (resolve_conj(), "
                       "resolve_neg() first)")
+
+
+def test_a_window_closes_once_another_stream_has_run_what_was_queued_there_before():
+    # spyreccl's hold: synchronize() waits for it, and it closes only once the comm stream
+    # has run the copies back queued before the close (they are queued after gloo is done,
+    # after a synchronize() may have started). A stream that drops the close, or cannot take
+    # it, closes the window anyway.
+    out = run_json(
+        """
+        import json
+        import torch
+        from torch_spyre.testing import Gate, inject_fault
+        held, comm = torch.spyre.Stream(), torch.spyre.Stream()
+        w = torch.spyre._C._PeerAccessWindow()
+        w.enqueue(held.stream_id, held.device_index, "spyreccl:allreduce:hold")
+        x = torch.zeros(4, device="spyre")
+        comm.wait_stream(torch.spyre.current_stream())
+        with Gate() as gate:
+            gate.block(comm)
+            with torch.spyre.stream(comm):
+                x.fill_(7.0)  # the copy back, queued before the close
+            w.close_when_reached(comm.stream_id, comm.device_index, "spyreccl:allreduce:hold")
+            before = [w.wait_open(), w.is_open(), held.query()]
+        torch.spyre.synchronize()  # waits for the window: for the fill too
+        first = [before, w.is_open(), x.cpu().tolist()]
+        # The stream meant to close it fails before the close: the close is dropped, and closes.
+        dropped = torch.spyre._C._PeerAccessWindow()
+        dropped.enqueue(held.stream_id, held.device_index, "spyreccl:broadcast:hold")
+        with Gate() as gate:
+            gate.block(comm)
+            inject_fault(comm, "injected: copy back failed")
+            with torch.spyre.stream(comm):
+                x.fill_(8.0)  # the fault hits this copy back
+            dropped.close_when_reached(comm.stream_id, comm.device_index, "hold")
+        held.synchronize()
+        second = [dropped.is_open(), held.query()]
+        try:
+            comm.synchronize()
+        except RuntimeError as e:
+            second.append(str(e))
+        refused = torch.spyre._C._PeerAccessWindow()
+        refused.enqueue(held.stream_id, held.device_index, "spyreccl:reduce:hold")
+        refused.close_when_reached(comm.stream_id, comm.device_index, "hold")  # comm failed
+        held.synchronize()
+        print(json.dumps([first, second, [refused.is_open(), held.query()]]))
+        """
+    )
+    assert out == [[[True, True, False], False, [7.0] * 4],
+                   [False, True, "injected: copy back failed"],
+                   [False, True]]
+
+
+# The progress thread of a group made without torchrun: its collectives' gloo works are
+# stand-ins, so this is what the thread does with the windows, not what gloo does.
+PROGRESS = """
+import json
+from datetime import timedelta
+import torch
+from torch_spyre.testing import Gate
+from torch_spyre.distributed import progress as progress_module
+from torch_spyre.distributed.progress import _Progress
+from torch_spyre.distributed.staging import _Staging
+
+class Done:  # a gloo work that has finished
+    def wait(self):
+        return True
+
+def error(fn):
+    try:
+        fn()
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+
+progress = _Progress(timedelta(seconds=60))
+comm = torch.spyre.Stream()
+x = torch.ones(4, device="spyre")
+
+def submit(name, staging=None):
+    staging = staging or _Staging(direct=True)
+    staging(x)  # in place: gloo works inside a window on comm
+    return progress.submit(name, staging, [x], lambda: Done(), comm)
+"""
+
+
+def test_a_progress_thread_that_dies_fails_its_collectives_and_closes_their_windows():
+    # Before, the windows of the collective in hand and of those queued stayed shut:
+    # the comm stream stayed parked and every later synchronize() hung.
+    out = run_json(
+        PROGRESS
+        + textwrap.dedent("""
+        class Dying:  # the thread dies at its next use of the lock
+            def __enter__(self):
+                raise RuntimeError("killed")
+            def __exit__(self, *exc):
+                return False
+
+        with Gate() as gate:
+            gate.block()  # the thread waits for the current stream before the first one
+            first, second = submit("allreduce"), submit("broadcast")
+            progress._lock = Dying()
+        errors = [error(first.wait), error(second.wait)]
+        torch.spyre.synchronize()  # returns: no window is left shut
+        print(json.dumps([errors, first.is_completed(), second.is_success(),
+                          (x * 1).cpu().tolist()]))
+        """)
+    )
+    assert out == [
+        [["RuntimeError", "spyreccl: allreduce: the progress thread stopped before completing "
+                          "it (RuntimeError: killed)"],
+         ["RuntimeError", "spyreccl: broadcast: the progress thread stopped before completing "
+                          "it (RuntimeError: killed)"]],
+        True, False, [1.0] * 4]
+
+
+def test_a_collective_that_cannot_be_queued_closes_its_windows():
+    # A window queued for a collective that then fails to queue is closed at once, not when
+    # (if ever) its reference cycle is collected.
+    out = run_json(
+        PROGRESS
+        + textwrap.dedent("""
+        import gc
+        gc.disable()
+        real = progress_module.SpyreCCLWork
+        def refused(*args):
+            raise MemoryError("no work")
+        progress_module.SpyreCCLWork = refused
+        staging = _Staging(direct=True)
+        failed = error(lambda: submit("allreduce", staging))
+        progress_module.SpyreCCLWork = real
+        closed = [staging.window.is_open(), staging.hold.is_open()]
+        torch.spyre.synchronize()  # returns: the comm stream is not parked
+        after = submit("allreduce")  # the group goes on
+        waited = after.wait()
+        torch.spyre.synchronize()
+        print(json.dumps([failed, closed, waited]))
+        """)
+    )
+    assert out == [["MemoryError", "no work"], [False, False], True]

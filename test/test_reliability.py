@@ -40,7 +40,7 @@ def test_sanitizers_report_nothing(sanitizer_run):
     assert sanitizer_run.returncode == 0, out + sanitizer_run.stderr
     assert out.strip().splitlines()[-1] == "sanitizers: variants=plain tsan asan findings=0 failures=0"
     for variant in ("plain", "tsan", "asan"):
-        for mode in ("lock-hold", "exit-queued", "exit-thread", "exit-during"):
+        for mode in ("lock-hold", "exit-queued", "exit-thread", "exit-during", "peer-windows"):
             assert re.search(rf"^\[{variant}\] {mode}: ok ", out, re.M), (variant, mode, out)
 
 

@@ -53,6 +53,17 @@ class PeerWindow {
   bool isOpen() const { return window_->isOpen(); }
   void close() { window_->close(); }
 
+  // Close once the stream `id` has run what is queued on it now (a collective's
+  // copies back), so a synchronize() that waits for this window waits for
+  // them too. A stream that cannot take it (failed) runs nothing more: close now.
+  void closeWhenReached(c10::StreamId id, int64_t device, const std::string& name) {
+    try {
+      fromKey(id, device).launchPeerAccessClose(*window_, name);
+    } catch (const flex::Error&) {
+      window_->close();
+    }
+  }
+
  private:
   std::unique_ptr<flex::PeerAccessWindow> window_ = std::make_unique<flex::PeerAccessWindow>();
   flex::RuntimeStream* stream_ = nullptr;  // owned by the runtime until exit
@@ -73,7 +84,10 @@ void bindPeerAccessWindows(py::module_& m) {
            "Block (without the GIL) until the stream reaches the window; False: it never opens")
       .def("why", &PeerWindow::why)
       .def("is_open", &PeerWindow::isOpen)
-      .def("close", &PeerWindow::close, "Let the stream go on (idempotent)");
+      .def("close", &PeerWindow::close, "Let the stream go on (idempotent)")
+      .def("close_when_reached", &PeerWindow::closeWhenReached, py::arg("stream_id"),
+           py::arg("device_index"), py::arg("name"),
+           "Let the stream go on once another stream has run what is queued on it now");
 }
 
 }  // namespace spyre::python

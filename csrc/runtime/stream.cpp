@@ -374,6 +374,15 @@ void SpyreStream::launchPeerAccessWindow(flex::PeerAccessWindow& window,
   window.enqueueOn(handle, name);
 }
 
+void SpyreStream::launchPeerAccessClose(flex::PeerAccessWindow& window,
+                                        const std::string& name) const {
+  flex::RuntimeStream* handle = resolveRuntimeHandle();
+  if (C10_UNLIKELY(capture::anyCapture())) {
+    capture::refuseIfCapturing(id(), "the close of a collective's hold (" + name + ")");
+  }
+  window.closeWhenReached(handle);
+}
+
 void SpyreStream::launchFill(void* device, size_t nbytes, double value,
                              flex::DataFormats format) const {
   flex::CompositeAddress address(device, nbytes);

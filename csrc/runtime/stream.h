@@ -145,6 +145,9 @@ class SpyreStream {
   // (flex::PeerAccessWindow): it holds the stream from when the stream reaches
   // it until the transport closes it. Refused during a graph capture.
   void launchPeerAccessWindow(flex::PeerAccessWindow& window, const std::string& name) const;
+  // Close `window` (queued on another stream) once this stream has run the
+  // work queued on it before (flex::PeerAccessWindow::closeWhenReached).
+  void launchPeerAccessClose(flex::PeerAccessWindow& window, const std::string& name) const;
   void launchFill(void* device, size_t nbytes, double value, flex::DataFormats format) const;
   void launchDelay(double milliseconds) const;
 

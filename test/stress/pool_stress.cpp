@@ -7,6 +7,7 @@
 //   pool_stress --mode exit-queued | exit-thread | exit-during [--ops N]
 //   pool_stress --mode capture-join [--ops 2000]
 //   pool_stress --mode hazard-order [--ops 2000]
+//   pool_stress --mode peer-windows [--threads 8] [--ops 2000]
 //
 // Every check counts a failure instead of aborting; the program prints a
 // summary and exits 1 if any check failed or any runtime call ran under the
@@ -801,6 +802,79 @@ int exitDuringMode(int64_t ops, uint64_t seed) {
   return 0;
 }
 
+// spyreccl's peer access windows from many threads: each thread queues a
+// window on its held stream while a peer thread waits for it to open (the
+// window's stream field is written by one thread and read by the other), then
+// queues its close on its comm stream behind a callback (the hold: it closes
+// only once that stream ran what was queued before), now and then on a comm
+// stream failed on purpose (the close is refused or dropped, and closes it).
+int peerWindowsMode(int64_t ops) {
+  spyre::startRuntime();
+  std::atomic<uint64_t> opened{0};
+  runThreads(g_threads, [&](int) {
+    const SpyreStream held = spyre::getStreamFromPool(0);
+    const SpyreStream comm = spyre::getStreamFromPool(0);
+    for (int64_t i = 0; i < ops; ++i) {
+      flex::PeerAccessWindow window;
+      std::atomic<bool> queued{false};
+      std::atomic<bool> peer_done{false};
+      std::thread peer([&] {
+        // Reads the window's stream while the owner may be writing it.
+        while (!queued.load(std::memory_order_acquire)) (void)window.isOpen();
+        if (window.waitOpen()) opened.fetch_add(1, std::memory_order_relaxed);
+        peer_done = true;
+      });
+      held.launchPeerAccessWindow(window, "stress");
+      queued.store(true, std::memory_order_release);
+      try {
+        held.launchPeerAccessWindow(window, "stress");
+        STRESS_CHECK(false, "a window was queued twice");
+      } catch (const flex::Error& e) {
+        STRESS_CHECK(contains(e, "already queued"), e.what());
+      }
+      auto ran = std::make_shared<std::atomic<int>>(0);
+      if (i % 97 != 13) {
+        comm.launchHostCallback([ran] { ++*ran; }, "copy back");
+        comm.launchPeerAccessClose(window, "stress");
+        held.synchronize();  // returns once the close ran, after the callback
+        STRESS_CHECK(ran->load() == 1, "the hold closed before the work queued ahead of it");
+      } else {
+        // A comm stream of its own (a pool stream would stay failed for the
+        // other threads), failed: the close queued behind the failing work is
+        // dropped, and closes the window.
+        flex::RuntimeStream* failing = spyre::runtimeContext()->createStream();
+        flex::test::injectFault(failing, "stress: comm failed");
+        flex::HostCallbackParams callback;
+        callback.fn = [ran] { ++*ran; };
+        failing->launchOperationHostCallback(&callback);
+        try {
+          window.closeWhenReached(failing);  // dropped with the failing work's queue
+        } catch (const flex::Error&) {
+          window.close();  // the failure latched first: what spyreccl does then
+        }
+        held.synchronize();  // never hangs
+        try {
+          failing->synchronize();
+          STRESS_CHECK(false, "the injected fault was not reported");
+        } catch (const flex::Error& e) {
+          STRESS_CHECK(contains(e, "stress: comm failed"), e.what());
+          g_expected_errors.fetch_add(1, std::memory_order_relaxed);
+        }
+        try {
+          window.closeWhenReached(failing);  // refused on a failed stream
+          STRESS_CHECK(false, "a failed stream took the close");
+        } catch (const flex::Error&) {
+          g_expected_errors.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      peer.join();
+      STRESS_CHECK(peer_done.load() && !window.isOpen(), "the window stayed open");
+    }
+  });
+  STRESS_CHECK(opened.load() == static_cast<uint64_t>(g_threads) * ops, "a window never opened");
+  return summary("peer-windows");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -818,6 +892,7 @@ int main(int argc, char** argv) {
   if (mode == "exit-during") return exitDuringMode(ops, seed);
   if (mode == "capture-join") return captureJoinMode(stress::option(argc, argv, "--ops", 2000));
   if (mode == "hazard-order") return hazardOrderMode(stress::option(argc, argv, "--ops", 2000));
+  if (mode == "peer-windows") return peerWindowsMode(stress::option(argc, argv, "--ops", 2000));
   std::fprintf(stderr, "unknown --mode '%s'\n", mode.c_str());
   return 2;
 }

@@ -125,7 +125,7 @@ run() {
     cat "$out"
     head -40 "$err"
   else
-    echo "[$variant] $label: ok (${elapsed}s) $(grep -hE '^(stress|lock-hold|faults|capture-join|hazard-order):' "$out" | tr '\n' ' ')"
+    echo "[$variant] $label: ok (${elapsed}s) $(grep -hE '^(stress|lock-hold|faults|capture-join|hazard-order|peer-windows):' "$out" | tr '\n' ' ')"
   fi
   rm -f "$out" "$err"
 }
@@ -143,6 +143,7 @@ for variant in "${VARIANTS[@]}"; do
   run "$variant" "exit-during" 10 --mode exit-during --threads "$THREADS" --ops 100000000
   run "$variant" "capture-join 2x2000" 300 --mode capture-join --ops 2000
   run "$variant" "hazard-order 2x2000" 300 --mode hazard-order --ops 2000
+  run "$variant" "peer-windows" 120 --mode peer-windows --threads "$THREADS" --ops 500
 done
 
 echo "sanitizers: variants=${VARIANTS[*]} findings=$FINDINGS failures=$FAILURES"

@@ -42,6 +42,7 @@ from . import graph_outputs
 
 _installed = False
 _lock = threading.Lock()
+_policy_class = None  # SpyreGraphPolicy, once installed
 
 
 def _is_spyre_graph(example_inputs):
@@ -95,6 +96,7 @@ class _ThreadGraphs:
             if reason is not None:
                 _skip(reason)
                 self.eager = True
+                self._free_graphs()  # other keys' graphs can never replay again either
                 return self.function.model(inputs)
             self.warmed_up.add(key)
             return self.function.model(inputs)
@@ -143,17 +145,49 @@ class _ThreadGraphs:
         try:
             recording = _Recording(self.function.model, inputs, static)
         except _Uncapturable as error:
+            freed = self._free_graphs()
             warnings.warn(f"torch.compile(mode='reduce-overhead') on spyre: this graph cannot be "
-                          f"captured, it runs without a spyre graph ({error})", stacklevel=3)
+                          f"captured, it runs without a spyre graph ({error}){freed}",
+                          stacklevel=3)
             self.eager = True
             torch.spyre.synchronize()
             return self.function.model(inputs)
         self.graphs[key].append(recording)
         return recording.run(inputs)
 
+    def _free_graphs(self):
+        """The function runs without graphs for good: its graphs can never replay again, so
+        they let go of their pools now (outputs still held keep their own memory), not at
+        `torch._dynamo.reset()`. Returns what the warning says about it."""
+        recordings = [r for candidates in self.graphs.values() for r in candidates]
+        self.graphs.clear()
+        for recording in recordings:
+            recording.graph.reset()
+        if not recordings:
+            return ""
+        return (f"; its {len(recordings)} recorded spyre graph(s) are freed (their pools go back "
+                "to the device at the next empty_cache() or allocation that needs them)")
+
 
 class _Uncapturable(Exception):
     pass
+
+
+class _Capture:
+    """`with graph:`, except that a capture that ran out of memory is abandoned, not ended:
+    ending it would warn "the captured graph is empty" over the real failure."""
+
+    def __init__(self, graph):
+        self.graph = graph
+
+    def __enter__(self):
+        self.graph.__enter__()
+
+    def __exit__(self, exc_type, exc, tb):
+        if isinstance(exc, torch.OutOfMemoryError):
+            self.graph.reset()
+            return False
+        return self.graph.__exit__(exc_type, exc, tb)
 
 
 class _Recording:
@@ -186,9 +220,10 @@ class _Recording:
         side.wait_stream(current)
         self.graph = torch.accelerator.Graph(capture_error_mode="thread_local")
         try:
-            with preserve_rng_state(), side, self.graph:
+            with preserve_rng_state(), side, _Capture(self.graph):
                 outputs = model(list(capture_inputs))
         except RuntimeError as error:
+            self.graph.reset()
             raise _Uncapturable(str(error.__context__ or error).splitlines()[0]) from error
         if not isinstance(outputs, (list, tuple)):
             outputs = (outputs,)
@@ -339,4 +374,16 @@ def install(cudagraph_utils):
 
     config.cudagraph_policy = SpyreGraphPolicy()
 
-    _patches.apply_graph_device_check(cudagraph_utils)
+    global _policy_class
+    _policy_class = SpyreGraphPolicy
+    _patches.apply_graph_device_check(cudagraph_utils, policy_in_force)
+
+
+def policy_in_force():
+    """Spyre's policy is inductor's `config.cudagraph_policy`. Another one set later (the
+    user's, or None) must never get a spyre graph: CUDA's graph trees would take it. Read at
+    lowering by the device check, whose verdict inductor caches with the compiled graph, so
+    it is part of the cache key too (cache_key.py)."""
+    from torch._inductor import config
+
+    return _policy_class is not None and isinstance(config.cudagraph_policy, _policy_class)

@@ -20,7 +20,11 @@ caller's event: the window opens when that stream reaches it and holds the
 stream until gloo is done. Other spyre tensors, and every one under
 SPYRECCL_STAGING=1, are staged: copied to pinned host memory on the caller's
 stream before the event, and the results copied back on the communication
-stream.
+stream. Every spyre collective also gets a window when its tensors are staged
+(closed as soon as it opens: it only tells that the communication stream did
+not fail before the collective) and a hold on the group's hold stream, which
+`synchronize()` waits for and which closes once the communication stream has
+run the collective's copies back.
 
 CPU tensors go straight to gloo, so one process group serves both devices.
 `torch_spyre/__init__.py` registers the backend; this package loads lazily, at
@@ -48,8 +52,11 @@ Threads:
   waits here for each piece's staging copy.
 - `spyreccl-completion` (one per group): in order, waits for each
   collective's gloo work (until every rank has done its part), closes its
-  window, enqueues the copies back on the communication stream, and completes
-  the SpyreCCLWork.
+  window, enqueues the copies back on the communication stream and the close
+  of its hold after them, and completes the SpyreCCLWork.
+  If either thread dies, the collectives it holds or still has queued fail
+  ("the progress thread stopped before completing it") and their windows and
+  holds close: no stream stays parked on a collective that will never finish.
 - gloo's own threads move the bytes. They never touch Python: every gloo
   collective is issued through `gloo_calls.GlooCalls`, which hands gloo
   aliases made in C++ (a tensor with a Python object would take the GIL when

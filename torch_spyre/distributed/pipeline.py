@@ -84,7 +84,7 @@ def stage_pieces(tensor, staging, direct):
     return pieces
 
 
-def reduce_pieces(gloo, check, described, caller, pieces, opts, direct) -> _Pieces:
+def reduce_pieces(gloo, check, described, caller, pieces, opts, direct, failure=None) -> _Pieces:
     """The progress thread's part of a pipelined all_reduce: compare it
     across ranks, then hand each piece to gloo once it is on the host.
 
@@ -97,10 +97,12 @@ def reduce_pieces(gloo, check, described, caller, pieces, opts, direct) -> _Piec
     already failed and it read nothing), and once the last one is (issued
     ahead of the last piece, not waited for here but before its copy back:
     a staged stream that failed in between read only part; a direct
-    rank's pieces are all ready at once)."""
+    rank's pieces are all ready at once). `failure`: why this rank cannot
+    take part though its inputs were read (its comm stream failed); it is
+    reported as an unread input is."""
     signature = _Exchange(gloo, described) if check else None
     pieces[0][1].synchronize()
-    unread = _unread(caller) if _stream_failed(caller) else None
+    unread = failure or (_unread(caller) if _stream_failed(caller) else None)
     reductions = _Pieces("allreduce")
     if signature is not None:
         _refuse_mismatch("allreduce", signature.rows())  # before any data

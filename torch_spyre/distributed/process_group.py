@@ -257,9 +257,13 @@ class ProcessGroupSpyreCCL(ProcessGroup):
             staging.in_place = [(tensor, True)]  # gloo reduces the pieces in place
         gloo, check = self._gloo, self._check
 
-        def launch():
-            return pipeline.reduce_pieces(gloo, check, described, caller, pieces, opts, direct)
+        def launch(failure=None):
+            # failure: this rank cannot take part (its comm stream failed);
+            # the exchanges then fail the collective on every rank.
+            return pipeline.reduce_pieces(gloo, check, described, caller, pieces, opts, direct,
+                                          failure)
 
+        launch.reports_failure = True
         return self._run("allreduce", staging, [tensor], launch)
 
     def broadcast(self, tensors, opts):

@@ -70,8 +70,10 @@ class _Staging:
         # (tensor, written) that gloo reads, and writes if `written`, in place on the
         # device: the stream sanitizer sees them as the collective's accesses.
         self.in_place = []
-        # The peer access window gloo works in on those (None: none in place).
+        # The peer access window on the comm stream gloo works in on those, or
+        # (staged) that says the comm stream did not fail before the collective.
         self.window = None
+        self.hold = None  # what synchronize() waits for until the copies back ran
 
     def view(self, tensor):
         """What gloo uses in place of `tensor` in the collective's window: a CPU

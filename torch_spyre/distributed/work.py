@@ -41,7 +41,11 @@ class SpyreCCLWork(Work):
         super().__init__()
         self._name = name
         self._staging = staging
-        self._window = staging.window  # gloo works in place inside it (None: staged)
+        # On the comm stream: gloo works in place inside it (`_in_place`), or,
+        # staged, it only tells whether that stream failed before the collective.
+        self._window = staging.window
+        self._in_place = bool(staging.in_place)
+        self._hold = staging.hold  # what synchronize() waits for (progress.py)
         self._outputs = outputs
         self._comm_stream = comm_stream  # None: no spyre tensor
         self._called = called  # recorded on the caller's stream after the staging copies
@@ -65,6 +69,24 @@ class SpyreCCLWork(Work):
     # Called once, by the progress thread (the collective could not start) or
     # the completion thread (gloo finished or failed).
     def _complete(self, error) -> None:
+        try:
+            error = self._copy_results(error)
+        except BaseException as e:  # noqa: B036 (handed to every waiter)
+            error = error or e
+        finally:
+            # Whatever happened, no stream stays parked on this collective.
+            _close_windows(self._window, self._hold, self._comm_stream, self._name)
+        with self._lock:
+            self._error = error
+            self._staging = None  # drop the host buffers (the copies keep theirs)
+            self._called = None
+            future = self._future
+            self._finished.set()
+        if future is not None:
+            self._settle(future)
+
+    def _copy_results(self, error):
+        """Enqueue the copies back and the done event; returns the work's error."""
         if self._window is not None:
             self._window.close()  # gloo is done (or never started): comm goes on
         if error is None and self._comm_stream is None:
@@ -84,14 +106,7 @@ class SpyreCCLWork(Work):
                 self._done_event.record(self._comm_stream)
             except BaseException:  # noqa: B036 (the comm stream failed: nothing to order)
                 self._done_event = None
-        with self._lock:
-            self._error = error
-            self._staging = None  # drop the host buffers (the copies keep theirs)
-            self._called = None
-            future = self._future
-            self._finished.set()
-        if future is not None:
-            self._settle(future)
+        return error
 
     def _settle(self, future) -> None:
         if self._error is not None:
@@ -152,6 +167,25 @@ class SpyreCCLWork(Work):
             "pending" if not self._finished.is_set() else "failed" if self._error else "done"
         )
         return f"SpyreCCLWork({self._name}, {state})"
+
+
+def _close_windows(window, hold, comm_stream, name) -> None:
+    """Let the comm stream go on, and release the hold once the comm stream
+    has run what is queued on it now (the copies back); at once without one.
+    Never raises: it runs where the work completes, whatever happened."""
+    if window is not None:
+        window.close()
+    if hold is None:
+        return
+    try:
+        if comm_stream is None:
+            hold.close()
+        else:
+            # A comm stream that cannot take the close (failed) closes it at once.
+            hold.close_when_reached(comm_stream.stream_id, comm_stream.device_index,
+                                    f"spyreccl:{name}:hold")
+    except BaseException:  # noqa: B036 (never left shut)
+        hold.close()
 
 
 class _AllOf:

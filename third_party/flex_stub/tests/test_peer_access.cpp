@@ -83,6 +83,47 @@ TEST(peer_window_refuses_a_failed_stream_a_null_stream_and_a_second_enqueue) {
   CHECK_THROWS_MSG(stream->synchronize(), "injected: gone");
   PeerAccessWindow late;
   CHECK_THROWS_MSG(late.enqueueOn(stream, "allreduce"), "stream in error state");
+  CHECK(!late.waitOpen());  // the refused enqueue left it unqueued
+  CHECK_THROWS_MSG(late.closeWhenReached(stream), "stream in error state");
+  CHECK_THROWS_MSG(late.closeWhenReached(nullptr), "stream is null");
+}
+
+TEST(peer_window_closes_when_another_stream_reaches_the_point_queued_there) {
+  RuntimeStream* held = util::context()->createStream();
+  RuntimeStream* other = util::context()->createStream();
+  PeerAccessWindow window;
+  window.enqueueOn(held, "allreduce");
+  CHECK(window.waitOpen());
+  Gate before;  // the work queued on `other` ahead of the close (the copies back)
+  before.enqueueOn(other);
+  std::atomic<int> ran{0};
+  util::callback(other, [&ran] { ++ran; });
+  window.closeWhenReached(other);
+  WAIT_UNTIL(before.blockedStreams() == 1);
+  CHECK(window.isOpen());  // `other` has not reached the close
+  CHECK(!held->query());
+  before.release();
+  held->synchronize();  // returns only once `other` ran what was queued before the close
+  CHECK_EQ(ran.load(), 1);
+  CHECK(!window.isOpen());
+}
+
+TEST(peer_window_closes_when_the_stream_that_was_to_close_it_fails) {
+  RuntimeStream* held = util::context()->createStream();
+  RuntimeStream* other = util::context()->createStream();
+  PeerAccessWindow window;
+  window.enqueueOn(held, "broadcast");
+  CHECK(window.waitOpen());
+  Gate before;
+  before.enqueueOn(other);
+  WAIT_UNTIL(before.blockedStreams() == 1);
+  flex::test::injectFault(other, "injected: copy back failed");
+  util::callback(other, [] {});  // fails: the close behind it is dropped
+  window.closeWhenReached(other);
+  before.release();
+  held->synchronize();  // the dropped close still closed the window: no hang
+  CHECK(!window.isOpen());
+  CHECK_THROWS_MSG(other->synchronize(), "injected: copy back failed");
 }
 
 TEST(peer_window_holds_no_engine) {

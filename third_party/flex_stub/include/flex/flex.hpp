@@ -349,6 +349,11 @@ class PeerAccessWindow {
   // Let the stream go on. Harmless when not open yet (the window then passes
   // at once) or already closed.
   void close();
+  // Close the window when `other` reaches this point (after the work queued on
+  // it before: a collective's copies back), or when `other` drops it (it
+  // failed, or shutdown): the window never outlives what it waits for. Throws
+  // as a launch does (a stream in the error state: then close() yourself).
+  void closeWhenReached(RuntimeStream* other);
 
   struct State;  // implementation detail
  private:
