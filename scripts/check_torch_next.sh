@@ -47,7 +47,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY=$VENV/bin/python
 REQUIREMENTS=("torch==$TORCH_NEXT" numpy "setuptools>=64" wheel ninja "pytest>=8" pytest-timeout expecttest
-              matplotlib "transformers==4.57.1")
+              matplotlib "transformers==4.57.1" "accelerate==1.15.0")
 STAMP=$VENV/torch-next-requirements.txt
 if [ "$(printf '%s\n' "${REQUIREMENTS[@]}")" != "$(cat "$STAMP" 2>/dev/null)" ]; then
     phase "installing torch $TORCH_NEXT and the build and test tools into $VENV (pip)"

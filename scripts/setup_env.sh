@@ -70,11 +70,12 @@ PY="$VENV/bin/python"
 # (pip never picks another torch for a dependency). The build's own requirements
 # (pyproject.toml's build-system.requires) are among them: the builds below use
 # --no-build-isolation. Installed again only when this list changes.
-# transformers (pinned) is for the tests that run third-party models on spyre;
-# aiu-trace-analyzer (pinned; needs numpy and pandas, no torch) for the checks of
-# profiles with IBM's trace analyzer (test/test_trace_analyzer.py skips without it).
+# transformers and accelerate (pinned) are for the tests that run third-party code on spyre
+# (its models; its Trainer); aiu-trace-analyzer (pinned; needs numpy and pandas, no torch)
+# for the checks of profiles with IBM's trace analyzer (test/test_trace_analyzer.py skips
+# without it).
 REQUIREMENTS=("torch==$TORCH" numpy "setuptools>=64" wheel ninja "pytest>=8" pytest-timeout "pytest-xdist>=3.5" expecttest matplotlib
-              "transformers==4.57.1" "aiu-trace-analyzer==1.3.0")
+              "transformers==4.57.1" "accelerate==1.15.0" "aiu-trace-analyzer==1.3.0")
 STAMP="$VENV/quickstart-requirements.txt"
 if [ "$(printf '%s\n' "${REQUIREMENTS[@]}")" != "$(cat "$STAMP" 2>/dev/null)" ]; then
     phase "installing torch $TORCH and the build and test tools into $VENV (pip)"

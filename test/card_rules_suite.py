@@ -359,3 +359,161 @@ def test_float16_and_bfloat16_hold_dlfloat16_values_under_the_card_rules():
     assert math.isnan(big.item())
     assert (torch.tensor([1025.0], device="spyre") * 1).item() == 1025.0
     assert torch.spyre.numerics_report() == {"aten::copy_": 1, "aten::mul.out": 1}
+
+
+# ------------------------------------------------ host reads and torch's own Python code
+
+CARD_DTYPE_LIST = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                   torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn,
+                   torch.float8_e5m2fnuz]
+
+
+def with_device(cpu_text):
+    """CPU's repr of the same values, with the device suffix torch puts first (print within
+    wide_lines(): the longer suffix would wrap where CPU's does not)."""
+    if ", dtype=" in cpu_text:
+        return cpu_text.replace(", dtype=", ", device='spyre:0', dtype=", 1)
+    return cpu_text[:-1] + ", device='spyre:0')"
+
+
+def wide_lines():
+    return torch._tensor_str.printoptions(linewidth=200)
+
+
+def test_print_of_a_float32_tensor_allocates_no_float64(capsys):
+    # torch's formatter casts to float64 on the tensor's device; spyre's runs on a host copy.
+    print(torch.ones(2, device="spyre"))
+    assert capsys.readouterr().out == "tensor([1., 1.], device='spyre:0')\n"
+
+
+@pytest.mark.parametrize("dtype", CARD_DTYPE_LIST, ids=str)
+def test_every_card_dtype_prints_and_reads_back_on_the_host(dtype, downcast_warning_on):
+    cpu = torch.tensor([[0.0, 1.5, -2.25], [3.0, 0.0625, 7.0]]).to(dtype)
+    with recorded_warnings() as rec:
+        dev = cpu.to("spyre")
+    rec.clear()  # the copy into an int64 tensor warns (the rules); the reads below must not
+    with recorded_warnings() as rec, wide_lines():
+        assert repr(dev) == with_device(repr(cpu))
+        assert str(dev[1]) == with_device(str(cpu[1]))
+        assert repr(dev[0, 1]) == with_device(repr(cpu[0, 1]))
+        assert dev.tolist() == cpu.tolist()
+        assert dev[1, 2].item() == cpu[1, 2].item()
+        assert f"{dev[0, 1]}" == f"{cpu[0, 1]}"
+        assert bool(dev[0, 1]) is bool(cpu[0, 1])
+    assert [str(w.message) for w in rec] == []
+
+
+def test_numpy_of_a_spyre_tensor_names_the_copy_to_make():
+    with pytest.raises(TypeError, match=re.escape(
+            "can't convert spyre:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+            "tensor to host memory first.")):
+        torch.ones(2, device="spyre").numpy()
+
+
+def test_two_threads_print_at_once():
+    import threading
+
+    tensors = [torch.arange(6.0, device="spyre").reshape(2, 3) * k for k in (1, 2)]
+    texts = [None, None]
+
+    def show(k):
+        texts[k] = [repr(tensors[k]) for _ in range(20)]
+
+    threads = [threading.Thread(target=show, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert texts[0] == ["tensor([[0., 1., 2.],\n        [3., 4., 5.]], device='spyre:0')"] * 20
+    assert texts[1] == ["tensor([[ 0.,  2.,  4.],\n        [ 6.,  8., 10.]], device='spyre:0')"] * 20
+
+
+def test_assert_close_allclose_and_isclose_compare_on_the_card(downcast_warning_on):
+    a = torch.tensor([1.0, 2.0, 3.5], device="spyre")
+    torch.testing.assert_close(a, a.clone())
+    assert torch.allclose(a, a + 1e-7) is True
+    assert torch.isclose(a, a + torch.tensor([0.0, 1.0, 0.0], device="spyre")).tolist() == [
+        True, False, True]
+    with pytest.raises(AssertionError, match=re.escape(
+            "Tensor-likes are not close!\n\nMismatched elements: 1 / 3 (33.3%)\n"
+            "Greatest absolute difference: 0.5 at index (2,) (up to 1e-05 allowed)\n"
+            "Greatest relative difference: 0.125 at index (2,) (up to 1.3e-06 allowed)")):
+        torch.testing.assert_close(a, torch.tensor([1.0, 2.0, 4.0], device="spyre"))
+    # torch reports integer mismatches through int64 copies on the device: the card's
+    # downcast warning comes with the report.
+    i = torch.tensor([1, 2, 3], dtype=torch.int32, device="spyre")
+    with recorded_warnings() as rec, pytest.raises(AssertionError, match=re.escape(
+            "Tensor-likes are not equal!\n\nMismatched elements: 1 / 3 (33.3%)\n"
+            "Greatest absolute difference: 2 at index (1,)\n"
+            "Greatest relative difference: 0.5 at index (1,)")):
+        torch.testing.assert_close(i, torch.tensor([1, 4, 3], dtype=torch.int32, device="spyre"))
+    assert len(downcast_warnings(rec)) >= 1
+
+
+@pytest.mark.parametrize("init, args", [
+    ("uniform_", ()), ("normal_", ()), ("trunc_normal_", ()), ("xavier_uniform_", ()),
+    ("xavier_normal_", ()), ("kaiming_uniform_", ()), ("kaiming_normal_", ()),
+    ("orthogonal_", ()), ("eye_", ()), ("constant_", (0.25,)),
+])
+def test_nn_init_fills_what_cpu_fills(init, args):
+    torch.manual_seed(0)
+    on_device = getattr(torch.nn.init, init)(torch.empty(6, 4, device="spyre"), *args)
+    torch.manual_seed(0)
+    on_cpu = getattr(torch.nn.init, init)(torch.empty(6, 4), *args)
+    assert torch.equal(on_device.cpu(), on_cpu)
+
+
+def test_nn_init_sparse_zeroes_its_share_of_each_column(downcast_warning_on):
+    # Its normal draws come from spyre's generator, its randperm from CPU's (as on CUDA); the
+    # int64 row indices it writes through are copied to the device: the downcast warning.
+    with recorded_warnings() as rec:
+        weight = torch.nn.init.sparse_(torch.empty(6, 4, device="spyre"), 0.5)
+    assert (weight == 0).sum(dim=0).cpu().tolist() == [3, 3, 3, 3]
+    assert len(downcast_warnings(rec)) >= 1 and len(downcast_warnings(rec)) == len(rec)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adagrad",
+                                  "RMSprop", "Rprop", "Adadelta", "ASGD"])
+def test_optimizers_step_as_on_cpu_with_float32_counters(name):
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Linear(3, 2)
+    dev_model = torch.nn.Linear(3, 2).to("spyre")
+    dev_model.load_state_dict(cpu_model.state_dict())
+    kwargs = {"momentum": 0.9} if name == "SGD" else {}
+    steps = []
+    for model in (cpu_model, dev_model):
+        device = next(model.parameters()).device
+        # foreach: spyre's default (torch's foreach devices), given to CPU too: one algorithm.
+        opt = getattr(torch.optim, name)(model.parameters(), lr=0.1, foreach=True, **kwargs)
+        for k in range(3):
+            opt.zero_grad()
+            model(torch.full((2, 3), k + 1.0, device=device)).square().sum().backward()
+            opt.step()
+        steps.append({key: (value.dtype, value.device.type)
+                      for key, value in opt.state[model.weight].items() if torch.is_tensor(value)})
+    for p_cpu, p_dev in zip(cpu_model.parameters(), dev_model.parameters()):
+        assert torch.equal(p_dev.detach().cpu(), p_cpu.detach()), name
+    # No state of float64 (the card has none): counters are float32, on the host unless
+    # capturable.
+    assert all(dtype != torch.float64 for dtype, _ in steps[1].values())
+    if "step" in steps[1]:
+        assert steps[1]["step"] == (torch.float32, "spyre" if name == "ASGD" else "cpu")
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop"])
+def test_capturable_optimizers_count_steps_in_float32_on_the_device(name):
+    model = torch.nn.Linear(3, 2).to("spyre")
+    opt = getattr(torch.optim, name)(model.parameters(), lr=0.1, capturable=True)
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.ones(2, 3, device="spyre")).sum().backward()
+        opt.step()
+    step = opt.state[model.weight]["step"]
+    assert (step.dtype, step.device.type, step.item()) == (torch.float32, "spyre", 2.0)
+
+
+def test_histc_and_histogram_count_on_the_card():
+    x = torch.tensor([0.5, 1.5, 1.7, 3.9, 9.0], device="spyre")
+    assert torch.histc(x, bins=4, min=0, max=4).cpu().tolist() == [1.0, 2.0, 0.0, 1.0]
+    counts, edges = torch.histogram(x, bins=2)
+    assert (counts.cpu().tolist(), edges.cpu().tolist()) == ([4.0, 1.0], [0.5, 4.75, 9.0])

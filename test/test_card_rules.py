@@ -17,7 +17,7 @@ from conftest import DEVICE_ENV, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 # The tier's tests, parametrized cases counted one by one.
-CARD_RULES_TESTS = 59
+CARD_RULES_TESTS = 103
 
 
 @pytest.mark.timeout(240)

@@ -202,6 +202,16 @@ def test_latency_and_spyre_inductor_log_are_recorded(tmp_path, monkeypatch):
     assert on_disk["environment"]["SPYRE_INDUCTOR_LOG"] == "1"
 
 
+def test_completeness_counts_the_ten_required_fields_of_upstreams_newest_test(tmp_path):
+    # Upstream's newest tests/profiler/test_ffdc.py: SPYRE_INDUCTOR_LOG is recorded, not
+    # required (ten fields); without an exception two are missing: round(100 * 8 / 10, 1).
+    assert len(_ffdc.REQUIRED_FIELDS) == 10
+    assert "environment.SPYRE_INDUCTOR_LOG" not in _ffdc.REQUIRED_FIELDS
+    report = collect(None, failure_category=CATEGORY_UNKNOWN, output_dir=str(tmp_path))
+    assert report["collector"]["missing_fields"] == ["failure.exception_type", "failure.traceback"]
+    assert report["collector"]["completeness_pct"] == 80.0
+
+
 def test_pruning_keeps_the_newest_reports_and_leaves_other_files(tmp_path):
     names = [f"ffdc_{c}_20250101T00000{i}_000000_1.json"
              for i, c in enumerate(["unknown", "runtime_launch", "compile", "compile", "compile"])]

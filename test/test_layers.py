@@ -45,6 +45,16 @@ def test_native_module_has_no_test_or_benchmark_machinery():
         capture_output=True, text=True, check=True).stdout
 
 
+def test_internal_and_removed_functions_are_not_exported():
+    # newBlock is the caching allocator's own (internal linkage); getDefaultStreamRuntimeHandle
+    # is gone (nothing called it).
+    defined = subprocess.run(["nm", "-D", "--defined-only", "-C", C.__file__],
+                             capture_output=True, text=True, check=True).stdout
+    assert "spyre::newBlock" not in defined
+    assert "getDefaultStreamRuntimeHandle" not in defined
+    assert "spyre::getDefaultStream(signed char)" in defined  # the listing names spyre's own
+
+
 def test_constants_are_exported_once_from_cpp():
     assert (C._default_stream_id, C._first_low_priority_stream_id,
             C._first_high_priority_stream_id, C._num_pool_stream_ids) == (0, 1, 33, 65)

@@ -35,6 +35,68 @@ def test_every_feature_is_enabled_on_the_torch_it_was_written_for():
     assert states[_patches.ALIASES] == "enabled"
     assert states[_patches.LAYOUTS] == "enabled"
     assert states[_patches.LAYOUT_GUARD] == "enabled"
+    assert states[_patches.PRINTING] == "enabled"
+
+
+def test_the_modules_importing_get_current_backend_by_name_are_the_patched_ones():
+    found = _patches._RESOLVERS["modules of torch._inductor naming get_current_backend"]()
+    assert str(found).split("\n") == sorted(_patches._MODULES_USING_GET_CURRENT_BACKEND)
+
+
+# A torch where one more inductor module names get_current_backend: the set the fingerprint
+# covers differs, so the patch (which replaces it module by module) would miss that module.
+_ONE_MORE_MODULE = """
+    import warnings
+    import torch
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import torch_spyre
+        from torch_spyre import _patches
+        listed = _patches._RESOLVERS["modules of torch._inductor naming get_current_backend"]
+        _patches._RESOLVERS["modules of torch._inductor naming get_current_backend"] = (
+            lambda: _patches._Text(listed() + "\\ntorch._inductor.codegen.new_backend"))
+        import torch._inductor.compile_fx
+    print([str(w.message) for w in caught if str(w.message).startswith("torch_spyre")])
+    print(_patches.report()[_patches.COMPILE])
+"""
+
+
+def test_a_new_module_naming_get_current_backend_disables_compile_on_spyre():
+    proc = run_python(_ONE_MORE_MODULE, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=240)
+    target = "modules of torch._inductor naming get_current_backend"
+    message = (f"torch_spyre: {_patches.COMPILE} is disabled: these torch internals it patches "
+               f"differ in torch {torch.__version__} from torch 2.13.0, which torch_spyre was "
+               f"written against: {target}")
+    assert proc.stdout.splitlines() == [repr([message]), f"disabled: {target}"], proc.stderr
+
+
+def test_print_fingerprints_keeps_the_pending_patches():
+    proc = run_python("""
+        import contextlib, io, sys
+        import torch
+        from torch_spyre import _patches
+        pending = sorted(f.name for f in sys.meta_path if isinstance(f, _patches._AfterImport))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            _patches.print_fingerprints()
+        lines = out.getvalue().splitlines()
+        print("torch._inductor.compile_fx" in pending)
+        print(lines[0], repr(lines[2]))
+        # Those whose module the print loaded ran (cudagraph_utils: spyre's graph policy); the
+        # others wait again.
+        print(sorted(f.name for f in sys.meta_path if isinstance(f, _patches._AfterImport)))
+        print(_patches.report()[_patches.GRAPHS])
+        from torch._inductor import config
+        print(config.cudagraph_policy is not None)
+        print(torch.compile(lambda x: x * 2 + 1)(torch.arange(3.0, device="spyre")).cpu().tolist())
+        print(_patches.report()[_patches.COMPILE])
+    """, timeout=240)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "True"
+    assert lines[1] == (f"torch {torch.__version__} "
+                        "\"    'torch._inductor.utils.get_current_backend': '3e7a48839289d439',\"")
+    assert lines[2:] == ["['torch._inductor.compile_fx']", "enabled", "True", "[1.0, 3.0, 5.0]",
+                         "enabled"]
 
 
 # A different function in place of one target, before torch_spyre is imported: the check sees

@@ -144,6 +144,38 @@ def test_fill_values_are_bit_exact():
     assert expanded.cpu().tolist() == [[2.0] * 4] * 3
 
 
+def test_fill_with_a_spyre_scalar_tensor_is_queued_not_waited_for():
+    # As CUDA's fill_: a value on the device is broadcast by a stream-ordered copy. A wait
+    # would raise in sync debug mode "error" (and never return while the gate is closed).
+    value = torch.tensor(2.5, device="spyre")
+    x = torch.zeros(2, 3, device="spyre")
+    as_int = torch.zeros(3, dtype=torch.int32, device="spyre")
+    with Gate() as gate:
+        gate.block()
+        torch.spyre.set_sync_debug_mode("error")
+        try:
+            x.fill_(value)
+            as_int.fill_(value)  # converted as copy_ converts: 2.5 -> 2
+            x[1].fill_(x[0, 1] * 2)  # a value computed on the stream, read only there
+        finally:
+            torch.spyre.set_sync_debug_mode("default")
+    assert x.cpu().tolist() == [[2.5] * 3, [5.0] * 3]
+    assert as_int.cpu().tolist() == [2, 2, 2]
+
+
+def test_fill_with_a_scalar_tensor_of_another_device_reads_it():
+    x = torch.zeros(3, device="spyre")
+    assert x.fill_(torch.tensor(4.0)).cpu().tolist() == [4.0] * 3  # a CPU value: no device wait
+    host = torch.zeros(3)
+    assert host.fill_(torch.tensor(1.5, device="spyre")).tolist() == [1.5] * 3  # CPU's fill_
+    aliased = torch.arange(4.0, device="spyre")
+    aliased.fill_(aliased[2])  # its own element: read before it is overwritten
+    assert aliased.cpu().tolist() == [2.0] * 4
+    with pytest.raises(RuntimeError, match="fill_ only supports 0-dimension value tensor but got "
+                                           "tensor with 1 dimensions."):
+        x.fill_(torch.ones(1, device="spyre"))
+
+
 def test_special_float_values_round_trip_bitwise():
     cpu = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-45])
     back = cpu.to("spyre").cpu()

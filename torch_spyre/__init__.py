@@ -161,6 +161,7 @@ def _register() -> None:
     _torch._register_device_module("spyre", _sys.modules[__name__])
     _patches.install_aliases()  # torch.spyre.X is torch_spyre.X
     _profiler_exit.install()  # the profiler's stop survives a device fault
+    _patches.print_from_host_copy()  # repr/str format one host copy (a card has no float64)
     _torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     # Upstream torch-spyre's layout API (docs/tensors.md, "Device layouts").
     from . import _device_layouts

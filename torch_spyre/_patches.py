@@ -34,6 +34,8 @@ import importlib
 import importlib.abc
 import importlib.util
 import inspect
+import os
+import re
 import sys
 import threading
 import warnings
@@ -51,6 +53,7 @@ HOST_READS = "the stream sanitizer's checks of Tensor.numpy() and Tensor.tolist(
 PROFILER_EXIT = "a profile that completes despite a device fault"
 LAYOUTS = "upstream's device_layout= on Tensor.to and torch.empty/zeros/ones/full"
 LAYOUT_GUARD = "torch.compile's guard on spyre tensors' device layouts"
+PRINTING = "printing spyre tensors from one host copy"
 
 
 def _attr(path):
@@ -92,6 +95,9 @@ TARGETS = {
     COMPILE: {
         # Replaced (the patches below).
         "torch._inductor.utils.get_current_backend": "3e7a48839289d439",
+        # Where it is replaced: every module naming it (_MODULES_USING_GET_CURRENT_BACKEND),
+        # so a module that starts importing it by name disables the feature.
+        "modules of torch._inductor naming get_current_backend": "2bcfbcf196a29707",
         "torch._inductor.scheduler.BaseSchedulerNode.is_cpu": "3abf458ee46f55f4",
         "torch._inductor.scheduler.Scheduler.codegen_extern_call": "f6e815ff784b99c1",
         "torch._inductor.ir.is_cpu": "7600732460adc67b",
@@ -144,6 +150,13 @@ TARGETS = {
     LAYOUT_GUARD: {
         "torch._dynamo.guards.GuardBuilder.TENSOR_MATCH": "ff3dd00a6e50ab44",
     },
+    PRINTING: {
+        # Replaced.
+        "torch._tensor_str._tensor_str": "585d355095d3247f",
+        # Relied on: it takes the suffixes (device, dtype, grad_fn) from the tensor it was
+        # given and calls _tensor_str by name for the contents.
+        "torch._tensor_str._str_intern": "83e262eee6e387d4",
+    },
 }
 
 
@@ -159,7 +172,34 @@ PREMISES = {
     },
 }
 
+class _Text(str):
+    """A target that is a fact about torch's source rather than one object: its text is
+    hashed."""
+
+
+def _modules_naming(name, package):
+    """The modules of `package` whose source names `name` unqualified (the module that
+    defines it and those importing it by name), one dotted name a line, sorted."""
+    root = os.path.dirname(importlib.util.find_spec(package).origin)
+    pattern = re.compile(rf"(?<![.\w]){re.escape(name)}\b")
+    found = []
+    for folder, _, files in os.walk(root):
+        for file in files:
+            if not file.endswith(".py"):
+                continue
+            path = os.path.join(folder, file)
+            with open(path, encoding="utf-8") as f:
+                if not pattern.search(f.read()):
+                    continue
+            module = os.path.relpath(path, root)[:-len(".py")].replace(os.sep, ".")
+            found.append(package if module == "__init__" else
+                         f"{package}.{module.removesuffix('.__init__')}")
+    return _Text("\n".join(sorted(found)))
+
+
 _RESOLVERS = {
+    "modules of torch._inductor naming get_current_backend":
+        lambda: _modules_naming("get_current_backend", "torch._inductor"),
     "decompositions[aten.native_group_norm.default]":
         _decomposition("aten.native_group_norm.default"),
     "lowerings[aten.bmm.default]": _lowering("aten.bmm.default"),
@@ -169,11 +209,15 @@ _RESOLVERS = {
 
 
 def fingerprint(obj):
-    """The first 16 hex digits of the SHA-256 of obj's source (of its name for a builtin)."""
-    try:
-        text = inspect.getsource(obj)
-    except (TypeError, OSError):
-        text = "builtin:" + getattr(obj, "__qualname__", repr(obj))
+    """The first 16 hex digits of the SHA-256 of obj's source (of its name for a builtin, of
+    itself for a _Text)."""
+    if isinstance(obj, _Text):
+        text = str(obj)
+    else:
+        try:
+            text = inspect.getsource(obj)
+        except (TypeError, OSError):
+            text = "builtin:" + getattr(obj, "__qualname__", repr(obj))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -445,6 +489,42 @@ def guard_device_layouts(guards):
     builder.TENSOR_MATCH = TENSOR_MATCH
 
 
+# Printing (repr, str, print of a spyre tensor; installed at import torch).
+
+
+def print_from_host_copy():
+    """torch._tensor_str._tensor_str, formatting a spyre tensor's copy on the host.
+
+    Why: torch's formatter computes on the tensor's device: masked_select, abs, min, max, one
+    ceil and one .item() per element (each a wait for the stream), and a cast to float64
+    (tensor_totype) that a card cannot hold: under TORCH_SPYRE_CARD_RULES=1,
+    print(torch.ones(2, device="spyre")) raised "spyre cannot allocate a tensor of dtype
+    torch.float64". torch itself formats xla, lazy, ipu and mtia tensors from a CPU copy
+    (_str_intern's device list). Changes: a spyre tensor's contents are formatted from one
+    copy to the host, with CPU's formatter (spyre's values are CPU's, so the text is what
+    the device would print); the device, dtype and grad_fn suffixes are still taken from
+    the spyre tensor (_str_intern). Retired by: a device-module hook (or a device list torch
+    lets a backend join) for formatting from a CPU copy.
+    Returns whether the replacement is in place (False, with one warning, on another torch)."""
+    from torch import _tensor_str
+
+    if getattr(_tensor_str._tensor_str, "_torch_spyre_wraps", None) is not None:
+        return True
+    if not check(PRINTING):
+        return False
+    original = _tensor_str._tensor_str
+
+    @functools.wraps(original)
+    def _tensor_str_from_host(self, indent):
+        if self.device.type == "spyre":
+            self = self.to("cpu")
+        return original(self, indent)
+
+    _tensor_str_from_host._torch_spyre_wraps = original
+    _tensor_str._tensor_str = _tensor_str_from_host
+    return True
+
+
 # ---------------------------------------------------------------------------------------
 # The profiler's stop (_profiler_exit.py).
 
@@ -510,6 +590,7 @@ def _on_spyre(node):
     return device is not None and device.type == "spyre"
 
 
+# The modules that import get_current_backend by name (TARGETS checks that torch's are these).
 _MODULES_USING_GET_CURRENT_BACKEND = (
     "torch._inductor.utils",
     "torch._inductor.codegen.common",
@@ -769,10 +850,20 @@ def print_fingerprints():
     """Each target's hash in the installed torch, as TARGETS records them (to record a new
     torch: `python -c "from torch_spyre import _patches; _patches.print_fingerprints()"`)."""
     # The targets as torch defines them: the import hooks still waiting would patch them as
-    # they load.
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterImport)]
-    print(f"torch {torch.__version__}")
-    for feature in TARGETS:
-        print(f"{feature}:")
-        for name, found in current_fingerprints(feature).items():
-            print(f"    {name!r}: {found!r},")
+    # they load, so they wait until the targets are read, then run for the modules that
+    # loaded meanwhile (as when_imported does for a loaded module) or wait again.
+    waiting = [f for f in sys.meta_path if isinstance(f, _AfterImport)]
+    for hook in waiting:
+        sys.meta_path.remove(hook)
+    try:
+        print(f"torch {torch.__version__}")
+        for feature in TARGETS:
+            print(f"{feature}:")
+            for name, found in current_fingerprints(feature).items():
+                print(f"    {name!r}: {found!r},")
+    finally:
+        for hook in reversed(waiting):
+            if hook.name in sys.modules:
+                hook.callback(sys.modules[hook.name])
+            else:
+                sys.meta_path.insert(0, hook)

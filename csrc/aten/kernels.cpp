@@ -446,7 +446,18 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& requested) {
 at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
   TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
               value.dim(), " dimensions.");
-  return fill_scalar(self, value.item());
+  // As ATen's fill_ on any device: a value on self's device is broadcast by a
+  // stream-ordered copy (the host never waits for it); only a value on another
+  // device (a CPU scalar, or a CPU self here through dispatch) is read.
+  if (self.device() != value.device()) {
+    const at::Scalar scalar = value.item();
+    if (self.is_privateuseone()) return fill_scalar(self, scalar);
+    const CpuKernelScope scope(0);
+    return self.fill_(scalar);
+  }
+  copyTensor(self.is_alias_of(value) ? value.clone() : value, self, /*non_blocking=*/false,
+             /*check_sync=*/true);
+  return self;
 }
 
 at::Tensor& zero_(at::Tensor& self) {

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include <ATen/record_function.h>
-#include <ATen/Parallel.h>
 #include <ATen/native/Resize.h>
 
 #include "aten/engine_team.h"
+#include "aten/kernel_threads.h"
 #include "aten/op_arguments.h"
 #include "aten/plan.h"
 #include "aten/plan_key.h"
@@ -89,7 +89,7 @@ void launchOpAs(const c10::OperatorHandle& op, const c10::OperatorHandle& comput
   auto work = std::make_shared<Work>(*plan->cpu_op);
   work->out_variant = plan->out_variant;
   work->copy_results = plan->copy_results;
-  work->num_threads = at::get_num_threads();
+  work->num_threads = kernelThreads();
   work->contracts = plan->contracts;
   c10::SmallVector<c10::IValue, 2> returns;
   size_t bytes = 0;

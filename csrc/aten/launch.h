@@ -60,9 +60,10 @@ void registerFunctionalForms();
 enum class KernelSide { Host, Engine };
 
 // Dispatch state for CPU kernels run on behalf of spyre: below autograd,
-// without Python modes, honouring the caller's intra-op thread count. On an
-// engine, `may_fork` says whether the kernel may fork the engine's team
-// (engine_team.h, mayForkTeam()).
+// without Python modes, with `num_threads` intra-op threads (kernelThreads();
+// 0 keeps the thread's own). On the host the thread gets its own count back
+// at the scope's end. On an engine, `may_fork` says whether the kernel may
+// fork the engine's team (engine_team.h, mayForkTeam()).
 class CpuKernelScope {
  public:
   explicit CpuKernelScope(int num_threads, KernelSide side = KernelSide::Host,
@@ -71,6 +72,7 @@ class CpuKernelScope {
 
  private:
   c10::impl::ExcludeDispatchKeyGuard exclude_;
+  int restore_threads_ = 0;  // the host thread's own count, when changed
 };
 
 }  // namespace spyre

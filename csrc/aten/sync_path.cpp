@@ -10,6 +10,7 @@
 #include <ATen/ops/empty_strided.h>
 
 #include "aten/argument_writes.h"
+#include "aten/kernel_threads.h"
 #include "aten/launch.h"
 #include "aten/op_arguments.h"
 #include "aten/plan.h"
@@ -263,7 +264,7 @@ void runSynchronously(const c10::OperatorHandle& op, Stack* stack, size_t first,
     });
   }
   {
-    CpuKernelScope scope(0);
+    CpuKernelScope scope(kernelThreads());
     op.callBoxed(host);
   }
   for (const auto& [result, target] : unreturned) {

@@ -64,8 +64,6 @@ void forEachStatArray(c10::CachingDeviceAllocator::DeviceStats& stats, F f) {
   }
 }
 
-}  // namespace
-
 // A new block out of its pool, with its pool node: may throw, nothing leaks.
 DeviceBlock* newBlock(char* ptr, size_t size, c10::StreamId stream, c10::DeviceIndex device,
                       bool small) {
@@ -75,6 +73,8 @@ DeviceBlock* newBlock(char* ptr, size_t size, c10::StreamId stream, c10::DeviceI
   block->pool_node = scratch.extract(scratch.begin());
   return block.release();
 }
+
+}  // namespace
 
 bool BlockBySize::operator()(const DeviceBlock* a, const DeviceBlock* b) const {
   if (a->stream != b->stream) return a->stream < b->stream;

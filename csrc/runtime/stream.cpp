@@ -550,15 +550,4 @@ void synchronizeDeviceKeepingFailures() noexcept {
   }
 }
 
-flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device) {
-  device = ensureDevice(device);
-  StreamPool& pool = streamPool();
-  PoolLock<std::shared_lock> lock(pool);
-  auto it = pool.stream_handle_map.find(kDefaultStreamId);
-  TORCH_CHECK(it != pool.stream_handle_map.end(),
-              "no flex handle for the default stream of spyre:", static_cast<int>(device),
-              " (the stream pool is not initialized)");
-  return it->second;
-}
-
 }  // namespace spyre

@@ -20,7 +20,7 @@
 // getHostComputeStream().
 //
 // Locking. StreamPool::mutex is a std::shared_mutex:
-//   shared_lock  resolveRuntimeHandle(), getDefaultStreamRuntimeHandle(),
+//   shared_lock  resolveRuntimeHandle(),
 //                synchronizeDeviceOrThrow() (snapshot the handles, release, then sync)
 //   unique_lock  initializeStreamPoolImpl(), getStreamFromPool() (it always
 //                advances the round-robin index; it inserts a handle on an id miss),
@@ -200,8 +200,6 @@ bool synchronizeDeviceNoThrow(c10::DeviceIndex device, std::string& consumed);
 // must not take the error that belongs to the program's next synchronize).
 // Never throws; does nothing when the runtime is not running.
 void synchronizeDeviceKeepingFailures() noexcept;
-// The default stream's flex handle (for code that talks to flex directly).
-flex::RuntimeStream* getDefaultStreamRuntimeHandle(c10::DeviceIndex device = -1);
 
 // Called by startRuntime() before it publishes `context`: maps id 0 and the
 // host-compute streams and fills the id lists. A failure leaves the pool
