@@ -101,6 +101,7 @@ def _train(env=None, pythonpath=None):
 
 
 @needs_transformers
+@pytest.mark.slow  # two Trainer runs in fresh interpreters (~15 s)
 @pytest.mark.timeout(300)
 def test_use_cpu_trains_on_cpu_and_the_variable_that_overrides_it_fails_at_start():
     assert _train({"TEST_USE_CPU": "1"})[0] == "cpu"
