@@ -169,6 +169,9 @@ def _register() -> None:
     _torch.Tensor.device_tensor_layout = _device_layouts.device_tensor_layout
     _patches.wrap_device_layouts()
     _patches.when_imported("torch._dynamo.guards", _patches.guard_device_layouts)
+    from . import _trainer_device
+
+    _trainer_device.install()  # a Trainer whose devices disagree stops at its start
 
 
 def _register_spyreccl() -> None:
