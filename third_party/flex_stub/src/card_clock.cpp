@@ -159,7 +159,7 @@ int64_t computeNs(const Profile& p, const WorkCost& cost, uint64_t fallback_byte
     read = written = static_cast<double>(fallback_bytes);
   }
   if (cost.macs != 0 && isMatmulClass(cost.kind) && cost.out_rows != 0 && cost.out_cols != 0) {
-    return roundNs(matmulClassNs(p, cost));
+    return std::max(kMinKernelNs, roundNs(matmulClassNs(p, cost)));
   }
   double memory = 0;
   switch (cost.access) {
@@ -174,7 +174,7 @@ int64_t computeNs(const Profile& p, const WorkCost& cost, uint64_t fallback_byte
   }
   const double compute =
       static_cast<double>(cost.macs) / (p.cores * macRate(p, cost));
-  return roundNs(std::max(compute, memory));
+  return std::max(kMinKernelNs, roundNs(std::max(compute, memory)));
 }
 
 int64_t hostLinkNs(const Profile& p, uint64_t bytes) {
@@ -258,9 +258,12 @@ int64_t CardClock::durationNs(const Op& op) const {
     case OpKind::D2H: return card::hostLinkNs(profile_, op.bytes);
     case OpKind::D2D: return card::deviceCopyNs(profile_, op.bytes);
     case OpKind::Fill: return card::fillNs(profile_, op.bytes);
+    // Traces show these as kernels: at least card::kMinKernelNs, as a kernel.
+    case OpKind::HostCallback: return card::kMinKernelNs;
     case OpKind::Delay:
-      return op.collective ? card::collectiveNs(profile_, op.bytes) : op.delay.count();
-    default: return 0;  // host callbacks, records, waits, gates take no card time
+      return std::max(card::kMinKernelNs, op.collective ? card::collectiveNs(profile_, op.bytes)
+                                                        : op.delay.count());
+    default: return 0;  // records, waits, gates take no card time
   }
 }
 

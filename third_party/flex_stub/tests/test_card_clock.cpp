@@ -132,6 +132,36 @@ TEST(card_timeline_overlaps_resources_and_serializes_streams) {
   context->deallocate(b);
 }
 
+// Every operation a trace shows as a kernel takes at least 1 ns: a kernel of
+// 0 ns has no rate (IBM's trace analyzer divides by it), and no card kernel
+// takes 0 ns.
+TEST(card_kernels_take_at_least_one_nanosecond) {
+  const flex::card::Profile p;
+  WorkCost none;
+  CHECK_EQ(flex::card::computeNs(p, none, 0), flex::card::kMinKernelNs);
+  WorkCost few;
+  few.bytes_read = few.bytes_written = 4;  // 8 bytes at 150 GB/s: 0.05 ns
+  CHECK_EQ(flex::card::computeNs(p, few, 0), 1);
+  CHECK_EQ(flex::card::fillNs(p, 4), 0);  // a fill is no kernel: no floor
+
+  util::setEnv("FLEX_STUB_TIMING", "card");
+  auto* context = util::context();
+  RuntimeStream* stream = context->getDefaultStream();
+  RuntimeEvent start(true), end(true);
+  start.record(stream);
+  ComputeParams params;
+  params.fn = [] {};
+  params.cost = few;
+  stream->launchOperationCompute(&params);
+  util::callback(stream, [] {});
+  stream->launchOperationDelay(std::chrono::nanoseconds(0));
+  end.record(stream);
+  CHECK_EQ(modeledNs(start, end), 3);
+  const flex::card::Summary summary = flex::card::summary();
+  CHECK_EQ(summary.compute_ns, 1);
+  CHECK_EQ(summary.busy_ns, 3);
+}
+
 namespace {
 WorkCost matmulCost(WorkCost::Class kind, uint64_t batch, uint64_t m, uint64_t n, uint64_t k,
                     bool shared_right) {

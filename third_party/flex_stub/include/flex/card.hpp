@@ -78,8 +78,14 @@ bool enabled();
 // The profile in use: the defaults above, with FLEX_STUB_CARD_HOST_PREP_US.
 Profile profile();
 
+// The least time an operation that traces show as a kernel takes (a kernel, a
+// host callback, a delay, a collective): a card kernel never takes 0 ns (small
+// kernels measure tens of µs), and a trace's `Cmpt Exec` of 0 ns has no rate
+// (IBM's trace analyzer divides by it). 1 ns moves no calibrated figure.
+inline constexpr int64_t kMinKernelNs = 1;
+
 // Modeled durations in nanoseconds (rounded to whole ns, at most INT64_MAX),
-// as the timeline charges them.
+// as the timeline charges them; computeNs is at least kMinKernelNs.
 int64_t computeNs(const Profile& p, const WorkCost& cost, uint64_t fallback_bytes);
 int64_t hostLinkNs(const Profile& p, uint64_t bytes);    // H2D, D2H
 int64_t deviceCopyNs(const Profile& p, uint64_t bytes);  // D2D: read + write
