@@ -176,6 +176,7 @@ def float_overlaps(trace_path):
     for e in json.loads(trace_path.read_text(), parse_float=decimal.Decimal)["traceEvents"]:
         # The analyzer's device events of a torch profile: cat "gpu..." or "kernel", with args.
         if e.get("ph") == "X" and "args" in e and re.search("gpu|kernel", e["cat"]):
+            assert e["dur"] > 0, e  # one of 0 ns would sort after the event starting at its end
             lanes[e["pid"], e["args"]["stream"]].append(e)
     found = set()
     for (pid, stream), events in lanes.items():
@@ -220,6 +221,22 @@ def test_analyzer_verifies_the_profile_and_summarizes_every_kernel(tmp_path, pro
     check_summary(trace, rows, KERNELS[program])
 
 
+def check_card_verification(trace):
+    """`-V` of a card-timed profile: every kernel's parents are found, and its overlaps are
+    exactly the touches that doubles turn into overlaps (docs/profiling.md). How many there are
+    depends on the size of torch's timestamps, so the run may pass or not; the trace has none."""
+    report = verify(trace, may_fail=True)
+    overlaps = {(i["pid"], i["stream"], i["ts"])
+                for f in report["errors"] if f["finding"] == "overlaps" for i in f["instances"]}
+    assert overlaps == float_overlaps(trace)
+    assert report["result"] == ("FAIL" if overlaps else "PASS")
+    assert {f["finding"] for f in report["errors"]} <= {"overlaps"}
+    assert report["warnings"] == []
+    assert {p["finding"]: p["count"] for p in report["passed"]} == {
+        "kernel_outside_parent": 0, "orphan_kernels": 0, "orphan_parents": 0,
+        **({} if overlaps else {"overlaps": 0})}
+
+
 def test_with_card_timing_the_summary_holds_the_modeled_times(tmp_path):
     tables = []
     for run in ("first", "second"):
@@ -227,20 +244,7 @@ def test_with_card_timing_the_summary_holds_the_modeled_times(tmp_path):
         trace = tmp_path / run / "trace.json"
         rows = profile_program("eager_two_streams", trace, env={"FLEX_STUB_TIMING": "card"})
         tables.append(check_summary(trace, rows, KERNELS["eager_two_streams"]))
-        # `-V` finds every kernel's parents. Its overlaps are exactly the touches float µs
-        # turn into overlaps (docs/profiling.md): how many depends on torch's timestamps'
-        # size, so the run may pass or not; the trace itself has none.
-        report = verify(trace, may_fail=True)
-        overlaps = {(i["pid"], i["stream"], i["ts"])
-                    for f in report["errors"] if f["finding"] == "overlaps"
-                    for i in f["instances"]}
-        assert overlaps == float_overlaps(trace)
-        assert report["result"] == ("FAIL" if overlaps else "PASS")
-        assert {f["finding"] for f in report["errors"]} <= {"overlaps"}
-        assert report["warnings"] == []
-        assert {p["finding"]: p["count"] for p in report["passed"]} == {
-            "kernel_outside_parent": 0, "orphan_kernels": 0, "orphan_parents": 0,
-            **({} if overlaps else {"overlaps": 0})}
+        check_card_verification(trace)
         # Every kernel's counters span exactly its modeled duration (whole ns).
         for e in json.loads(trace.read_text())["traceEvents"]:
             if e.get("cat") == "kernel":
@@ -249,11 +253,17 @@ def test_with_card_timing_the_summary_holds_the_modeled_times(tmp_path):
                 assert int(args["TS4"]) - int(args["TS3"]) == round(e["dur"] * 1000)
     # Modeled times depend on the program only: two runs give the same summary.
     assert tables[0] == tables[1]
-    # A kernel the model would price at 0 ns (8 bytes at 150 GB/s) takes the least a kernel
+    # A kernel the model would price at 0 ns (8 bytes at 150 GB/s) takes the least an operation
     # takes, 1 ns (docs/timing.md): it is a "Cmpt Exec" the summary lists.
     trace = tmp_path / "one_element.json"
     rows = profile_program("one_element", trace, env={"FLEX_STUB_TIMING": "card"})
     assert check_summary(trace, rows, KERNELS["one_element"]) == {"aten::add Cmpt Exec": (1, 0.001)}
+    # A training step of small layers: most of its kernels and its fill (the loss's gradient,
+    # 4 bytes) would be priced at 0 ns; each takes 1 ns, in the summary and before `-V`.
+    trace = tmp_path / "training_step.json"
+    rows = profile_program("training_step", trace, env={"FLEX_STUB_TIMING": "card"})
+    check_summary(trace, rows, KERNELS["training_step"])
+    check_card_verification(trace)
 
 
 def test_the_runtimes_own_trace_is_summarized_by_kernel(tmp_path):

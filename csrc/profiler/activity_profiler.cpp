@@ -82,7 +82,7 @@ ActivityType deviceActivityType(Kind kind) {
 // A kernel's compute phase, as the card's traces name it: "<kernel> Cmpt Exec".
 // A kernel that took no time keeps its plain name: the analyzer divides by the
 // duration of every "Cmpt Exec" event. Card timing gives every kernel at least
-// 1 ns (flex::card::kMinKernelNs); only a host-timed one can measure 0 ns.
+// 1 ns (flex::card::kMinOperationNs); only a host-timed one can measure 0 ns.
 constexpr const char* kComputeSuffix = " Cmpt Exec";
 
 bool isKernel(Kind kind) { return deviceActivityType(kind) == ActivityType::CONCURRENT_KERNEL; }
