@@ -9,6 +9,7 @@ which must equal the profile's own). The analyzer is a pinned optional test depe
 """
 
 import collections
+import decimal
 import importlib.metadata
 import json
 import re
@@ -65,6 +66,11 @@ PROGRAMS = {
         def step():
             return f(x, w)
     """,
+    "one_element": """
+        x = torch.ones(1, device="spyre")
+        def step():
+            return x + 1
+    """,
     "graph_replay": """
         s = torch.spyre.Stream()
         x = torch.ones(1024, device="spyre")
@@ -89,6 +95,7 @@ KERNELS = {
                       "aten::threshold_backward Cmpt Exec": 1, "aten::add_ Cmpt Exec": 4},
     "compiled": {"aten::mm Cmpt Exec": 1, "cpp_fused_add_relu_0 Cmpt Exec": 1},
     "graph_replay": {"aten::mul Cmpt Exec": 1, "aten::add Cmpt Exec": 1},
+    "one_element": {"aten::add Cmpt Exec": 1},
 }
 
 
@@ -117,17 +124,21 @@ def profile_program(name, trace_path, env=None):
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def acelyzer(*args, cwd):
+def acelyzer(*args, cwd, codes=(0,)):
     proc = subprocess.run([sys.executable, "-m", "acelyzer.acelyzer", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode in codes, proc.stdout + proc.stderr
     return proc
 
 
-def verify(trace_path):
+def verify(trace_path, may_fail=False):
+    """The `-V` report; it exits 1 when the verification fails."""
     report = trace_path.parent / "report.json"
-    acelyzer("-V", "-i", str(trace_path), "-o", str(report), cwd=trace_path.parent)
-    return json.loads(report.read_text())
+    proc = acelyzer("-V", "-i", str(trace_path), "-o", str(report), cwd=trace_path.parent,
+                    codes=(0, 1) if may_fail else (0,))
+    result = json.loads(report.read_text())
+    assert result["result"] == ("FAIL" if proc.returncode else "PASS")
+    return result
 
 
 def summary(trace_path):
@@ -152,6 +163,29 @@ def trace_kernels(trace_path):
             totals[e["name"]][0] += 1
             totals[e["name"]][1] += e["dur"]
     return {name: tuple(v) for name, v in totals.items()}
+
+
+def float_overlaps(trace_path):
+    """The touches of one stream's device events that float µs turn into overlaps.
+
+    Read exactly (decimal µs, as the trace writes them), no two device events of one stream
+    overlap. The analyzer reads floats: it takes an event's end as round(ts + dur, 4) and counts
+    an overlap where that is later than the next event's ts. Returns those next events as
+    (pid, stream, float ts)."""
+    lanes = collections.defaultdict(list)
+    for e in json.loads(trace_path.read_text(), parse_float=decimal.Decimal)["traceEvents"]:
+        # The analyzer's device events of a torch profile: cat "gpu..." or "kernel", with args.
+        if e.get("ph") == "X" and "args" in e and re.search("gpu|kernel", e["cat"]):
+            assert e["dur"] > 0, e  # one of 0 ns would sort after the event starting at its end
+            lanes[e["pid"], e["args"]["stream"]].append(e)
+    found = set()
+    for (pid, stream), events in lanes.items():
+        events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        for before, after in zip(events, events[1:]):
+            assert before["ts"] + before["dur"] <= after["ts"], (before, after)
+            if round(float(before["ts"]) + float(before["dur"]), 4) > float(after["ts"]):
+                found.add((pid, stream, float(after["ts"])))
+    return found
 
 
 def analyzer_name(name):
@@ -187,6 +221,22 @@ def test_analyzer_verifies_the_profile_and_summarizes_every_kernel(tmp_path, pro
     check_summary(trace, rows, KERNELS[program])
 
 
+def check_card_verification(trace):
+    """`-V` of a card-timed profile: every kernel's parents are found, and its overlaps are
+    exactly the touches that doubles turn into overlaps (docs/profiling.md). How many there are
+    depends on the size of torch's timestamps, so the run may pass or not; the trace has none."""
+    report = verify(trace, may_fail=True)
+    overlaps = {(i["pid"], i["stream"], i["ts"])
+                for f in report["errors"] if f["finding"] == "overlaps" for i in f["instances"]}
+    assert overlaps == float_overlaps(trace)
+    assert report["result"] == ("FAIL" if overlaps else "PASS")
+    assert {f["finding"] for f in report["errors"]} <= {"overlaps"}
+    assert report["warnings"] == []
+    assert {p["finding"]: p["count"] for p in report["passed"]} == {
+        "kernel_outside_parent": 0, "orphan_kernels": 0, "orphan_parents": 0,
+        **({} if overlaps else {"overlaps": 0})}
+
+
 def test_with_card_timing_the_summary_holds_the_modeled_times(tmp_path):
     tables = []
     for run in ("first", "second"):
@@ -194,6 +244,7 @@ def test_with_card_timing_the_summary_holds_the_modeled_times(tmp_path):
         trace = tmp_path / run / "trace.json"
         rows = profile_program("eager_two_streams", trace, env={"FLEX_STUB_TIMING": "card"})
         tables.append(check_summary(trace, rows, KERNELS["eager_two_streams"]))
+        check_card_verification(trace)
         # Every kernel's counters span exactly its modeled duration (whole ns).
         for e in json.loads(trace.read_text())["traceEvents"]:
             if e.get("cat") == "kernel":
@@ -202,6 +253,17 @@ def test_with_card_timing_the_summary_holds_the_modeled_times(tmp_path):
                 assert int(args["TS4"]) - int(args["TS3"]) == round(e["dur"] * 1000)
     # Modeled times depend on the program only: two runs give the same summary.
     assert tables[0] == tables[1]
+    # A kernel the model would price at 0 ns (8 bytes at 150 GB/s) takes the least an operation
+    # takes, 1 ns (docs/timing.md): it is a "Cmpt Exec" the summary lists.
+    trace = tmp_path / "one_element.json"
+    rows = profile_program("one_element", trace, env={"FLEX_STUB_TIMING": "card"})
+    assert check_summary(trace, rows, KERNELS["one_element"]) == {"aten::add Cmpt Exec": (1, 0.001)}
+    # A training step of small layers: most of its kernels and its fill (the loss's gradient,
+    # 4 bytes) would be priced at 0 ns; each takes 1 ns, in the summary and before `-V`.
+    trace = tmp_path / "training_step.json"
+    rows = profile_program("training_step", trace, env={"FLEX_STUB_TIMING": "card"})
+    check_summary(trace, rows, KERNELS["training_step"])
+    check_card_verification(trace)
 
 
 def test_the_runtimes_own_trace_is_summarized_by_kernel(tmp_path):

@@ -80,9 +80,9 @@ ActivityType deviceActivityType(Kind kind) {
 }
 
 // A kernel's compute phase, as the card's traces name it: "<kernel> Cmpt Exec".
-// A kernel that took no time (card timing prices a host callback or an op that
-// moves no bytes at 0 ns) keeps its plain name: the analyzer divides by the
-// duration of every "Cmpt Exec" event.
+// A kernel that took no time keeps its plain name: the analyzer divides by the
+// duration of every "Cmpt Exec" event. Card timing gives every kernel at least
+// 1 ns (flex::card::kMinOperationNs); only a host-timed one can measure 0 ns.
 constexpr const char* kComputeSuffix = " Cmpt Exec";
 
 bool isKernel(Kind kind) { return deviceActivityType(kind) == ActivityType::CONCURRENT_KERNEL; }

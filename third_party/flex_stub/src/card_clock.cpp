@@ -159,7 +159,7 @@ int64_t computeNs(const Profile& p, const WorkCost& cost, uint64_t fallback_byte
     read = written = static_cast<double>(fallback_bytes);
   }
   if (cost.macs != 0 && isMatmulClass(cost.kind) && cost.out_rows != 0 && cost.out_cols != 0) {
-    return roundNs(matmulClassNs(p, cost));
+    return std::max(kMinOperationNs, roundNs(matmulClassNs(p, cost)));
   }
   double memory = 0;
   switch (cost.access) {
@@ -174,24 +174,26 @@ int64_t computeNs(const Profile& p, const WorkCost& cost, uint64_t fallback_byte
   }
   const double compute =
       static_cast<double>(cost.macs) / (p.cores * macRate(p, cost));
-  return roundNs(std::max(compute, memory));
+  return std::max(kMinOperationNs, roundNs(std::max(compute, memory)));
 }
 
 int64_t hostLinkNs(const Profile& p, uint64_t bytes) {
-  return roundNs(static_cast<double>(bytes) / p.host_link_gb_per_s);
+  return std::max(kMinOperationNs, roundNs(static_cast<double>(bytes) / p.host_link_gb_per_s));
 }
 
 int64_t deviceCopyNs(const Profile& p, uint64_t bytes) {
   const double b = static_cast<double>(bytes);
-  return roundNs(memoryNs(p, b, b, p.memory_gb_per_s));
+  return std::max(kMinOperationNs, roundNs(memoryNs(p, b, b, p.memory_gb_per_s)));
 }
 
 int64_t fillNs(const Profile& p, uint64_t bytes) {
-  return roundNs(memoryNs(p, 0, static_cast<double>(bytes), p.memory_gb_per_s));
+  return std::max(kMinOperationNs,
+                  roundNs(memoryNs(p, 0, static_cast<double>(bytes), p.memory_gb_per_s)));
 }
 
 int64_t collectiveNs(const Profile& p, uint64_t link_bytes) {
-  return roundNs(static_cast<double>(link_bytes) / p.collective_link_gb_per_s);
+  return std::max(kMinOperationNs,
+                  roundNs(static_cast<double>(link_bytes) / p.collective_link_gb_per_s));
 }
 
 namespace {
@@ -258,9 +260,11 @@ int64_t CardClock::durationNs(const Op& op) const {
     case OpKind::D2H: return card::hostLinkNs(profile_, op.bytes);
     case OpKind::D2D: return card::deviceCopyNs(profile_, op.bytes);
     case OpKind::Fill: return card::fillNs(profile_, op.bytes);
+    case OpKind::HostCallback: return card::kMinOperationNs;
     case OpKind::Delay:
-      return op.collective ? card::collectiveNs(profile_, op.bytes) : op.delay.count();
-    default: return 0;  // host callbacks, records, waits, gates take no card time
+      return op.collective ? card::collectiveNs(profile_, op.bytes)
+                           : std::max(card::kMinOperationNs, op.delay.count());
+    default: return 0;  // records, waits, gates take no card time
   }
 }
 

@@ -132,6 +132,42 @@ TEST(card_timeline_overlaps_resources_and_serializes_streams) {
   context->deallocate(b);
 }
 
+// Every operation that takes card time takes at least 1 ns: IBM's trace
+// analyzer fails on a device event of 0 ns, and no card operation takes 0 ns.
+TEST(card_operations_take_at_least_one_nanosecond) {
+  const flex::card::Profile p;
+  WorkCost none;
+  CHECK_EQ(flex::card::computeNs(p, none, 0), flex::card::kMinOperationNs);
+  WorkCost few;
+  few.bytes_read = few.bytes_written = 4;  // 8 bytes at 150 GB/s: 0.05 ns
+  CHECK_EQ(flex::card::computeNs(p, few, 0), 1);
+  CHECK_EQ(flex::card::hostLinkNs(p, 4), 1);
+  CHECK_EQ(flex::card::deviceCopyNs(p, 0), 1);
+  CHECK_EQ(flex::card::fillNs(p, 4), 1);
+  CHECK_EQ(flex::card::collectiveNs(p, 0), 1);
+
+  util::setEnv("FLEX_STUB_TIMING", "card");
+  auto* context = util::context();
+  void* a = context->allocate(8);
+  RuntimeStream* stream = context->getDefaultStream();
+  RuntimeEvent start(true), end(true);
+  start.record(stream);
+  ComputeParams params;
+  params.fn = [] {};
+  params.cost = few;
+  stream->launchOperationCompute(&params);
+  util::callback(stream, [] {});
+  stream->launchOperationDelay(std::chrono::nanoseconds(0));
+  d2d(stream, static_cast<char*>(a) + 4, a, 4);
+  end.record(stream);
+  CHECK_EQ(modeledNs(start, end), 4);
+  const flex::card::Summary summary = flex::card::summary();
+  CHECK_EQ(summary.compute_ns, 1);
+  CHECK_EQ(summary.copy_ns, 1);
+  CHECK_EQ(summary.busy_ns, 4);
+  context->deallocate(a);
+}
+
 namespace {
 WorkCost matmulCost(WorkCost::Class kind, uint64_t batch, uint64_t m, uint64_t n, uint64_t k,
                     bool shared_right) {

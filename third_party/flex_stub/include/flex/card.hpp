@@ -78,8 +78,15 @@ bool enabled();
 // The profile in use: the defaults above, with FLEX_STUB_CARD_HOST_PREP_US.
 Profile profile();
 
-// Modeled durations in nanoseconds (rounded to whole ns, at most INT64_MAX),
-// as the timeline charges them.
+// The least time an operation that takes card time takes (a kernel, a host
+// callback, a delay, a collective, a copy, a fill): no card operation takes
+// 0 ns (small kernels measure tens of µs), and IBM's trace analyzer fails on a
+// device event of 0 ns (a kernel has no rate; one that starts as the next
+// operation does counts as an overlap). 1 ns moves no calibrated figure.
+inline constexpr int64_t kMinOperationNs = 1;
+
+// Modeled durations in nanoseconds (rounded to whole ns, at least
+// kMinOperationNs, at most INT64_MAX), as the timeline charges them.
 int64_t computeNs(const Profile& p, const WorkCost& cost, uint64_t fallback_bytes);
 int64_t hostLinkNs(const Profile& p, uint64_t bytes);    // H2D, D2H
 int64_t deviceCopyNs(const Profile& p, uint64_t bytes);  // D2D: read + write
