@@ -24,6 +24,8 @@ import pytest
 import torch
 from torch.testing._internal.common_utils import set_warn_always_context
 
+from test_printing import wide_lines, with_device
+
 if os.environ.get("TORCH_SPYRE_CARD_RULES") != "1":
     pytest.skip("the card-rules tier runs with TORCH_SPYRE_CARD_RULES=1", allow_module_level=True)
 
@@ -367,18 +369,6 @@ def test_float16_and_bfloat16_hold_dlfloat16_values_under_the_card_rules():
 CARD_DTYPE_LIST = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
                    torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn,
                    torch.float8_e5m2fnuz]
-
-
-def with_device(cpu_text):
-    """CPU's repr of the same values, with the device suffix torch puts first (print within
-    wide_lines(): the longer suffix would wrap where CPU's does not)."""
-    if ", dtype=" in cpu_text:
-        return cpu_text.replace(", dtype=", ", device='spyre:0', dtype=", 1)
-    return cpu_text[:-1] + ", device='spyre:0')"
-
-
-def wide_lines():
-    return torch._tensor_str.printoptions(linewidth=200)
 
 
 def test_print_of_a_float32_tensor_allocates_no_float64(capsys):

@@ -32,6 +32,21 @@ assert one_thread != two_threads, "the sum must tell the thread counts apart"
 dev = x.to("spyre")
 """
 
+# An identity whose backward sums `dev` from autograd's spyre device thread (into seen["sum"]).
+SUM_IN_BACKWARD = """
+seen = {}
+
+class SumInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        return a.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        seen["sum"] = dev.sum()  # launched from autograd's spyre device thread
+        return grad
+"""
+
 
 def test_a_thread_started_after_another_threads_set_num_threads_launches_with_the_mains():
     proc = run_python(SUMS + """
@@ -63,21 +78,10 @@ print("after main set 1", seen["sum"] == one_thread)
 
 def test_backward_on_spyre_keeps_the_main_threads_count():
     # Autograd's spyre device thread starts at the first backward, with ATen's default then.
-    proc = run_python(SUMS + """
+    proc = run_python(SUMS + SUM_IN_BACKWARD + """
 pin = threading.Thread(target=torch.set_num_threads, args=(1,))
 pin.start()
 pin.join()
-seen = {}
-
-class SumInBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a):
-        return a.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        seen["sum"] = dev.sum()  # launched from autograd's spyre device thread
-        return grad
 
 a = torch.ones(3, device="spyre", requires_grad=True)
 SumInBackward.apply(a).sum().backward()
@@ -87,7 +91,7 @@ print(seen["sum"].item() == two_threads)
 
 
 def test_gradients_equal_cpus_after_a_pinning_data_loader_started():
-    proc = run_python(SUMS + """
+    proc = run_python(SUMS + SUM_IN_BACKWARD + """
 import copy
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -98,17 +102,6 @@ loader = DataLoader(data, batch_size=64, pin_memory=True, num_workers=1)
 (images, labels), = list(loader)  # its pin-memory thread ran torch.set_num_threads(1)
 print("pinned", images.is_pinned())
 device_model = copy.deepcopy(model).to("spyre")
-seen = {}
-
-class SumInBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a):
-        return a.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        seen["sum"] = dev.sum()  # launched from autograd's spyre device thread
-        return grad
 
 for net, device in ((model, "cpu"), (device_model, "spyre")):
     out = net(images.to(device))
