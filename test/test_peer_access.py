@@ -122,6 +122,7 @@ def test_a_window_closes_once_another_stream_has_run_what_was_queued_there_befor
     out = run_json(
         """
         import json
+        import time
         import torch
         from torch_spyre.testing import Gate, inject_fault
         held, comm = torch.spyre.Stream(), torch.spyre.Stream()
@@ -142,6 +143,11 @@ def test_a_window_closes_once_another_stream_has_run_what_was_queued_there_befor
         dropped.enqueue(held.stream_id, held.device_index, "spyreccl:broadcast:hold")
         with Gate() as gate:
             gate.block(comm)
+            # The fault hits the next operation comm runs: the fill, once comm waits at the gate.
+            deadline = time.monotonic() + 60
+            while gate.blocked_streams != 1:
+                assert time.monotonic() < deadline, "comm never reached the gate"
+                time.sleep(0.001)
             inject_fault(comm, "injected: copy back failed")
             with torch.spyre.stream(comm):
                 x.fill_(8.0)  # the fault hits this copy back
