@@ -5,6 +5,7 @@
 
 #include <ATen/ops/empty.h>
 
+#include "aten/sanitizer_accesses.h"
 #include "aten/stream_uses.h"
 #include "aten/tensor_ref.h"
 #include "device/dlfloat16.h"
@@ -61,12 +62,21 @@ void bindNumerics(py::module_& m) {
       [](const at::Tensor& t, c10::StreamId id, int64_t device, const std::string& op) {
         if (!dl16Writes() || !isDl16Dtype(t.scalar_type()) || t.numel() == 0) return;
         const SpyreStream stream = fromKey(id, device);
-        stream.launchCompute(
-            [ref = TensorRef::of(t), op] {
-              const int64_t overflowed = roundToDl16(ref.cpuAlias());
-              if (overflowed != 0) recordOverflow(op, overflowed);
-            },
-            "dl16 round", t.nbytes());
+        auto launch = [&] {
+          stream.launchCompute(
+              [ref = TensorRef::of(t), op] {
+                const int64_t overflowed = roundToDl16(ref.cpuAlias());
+                if (overflowed != 0) recordOverflow(op, overflowed);
+              },
+              "dl16 round", t.nbytes());
+        };
+        if (sanitizer::accessesWanted()) {  // a write like any op's, checked with the launch
+          std::vector<sanitizer::Access> accesses;
+          sanitizer::addTensor(accesses, t, /*write=*/true);
+          sanitizer::onLaunch(stream.id(), op, accesses, launch);
+        } else {
+          launch();
+        }
         recordUse(t, stream);
       },
       "Under DLFloat16 numerics, rounds spyre tensor t on a stream: what spyreccl's gloo wrote "
