@@ -69,7 +69,7 @@ class BuildWithFlexStub(BuildExtension):
 
 
 # torch_spyre._C: product code only, one folder per layer (docs/development.md).
-LAYERS = ("runtime", "device", "aten", "graphs", "profiler", "python")
+LAYERS = ("runtime", "device", "launch", "aten", "graphs", "profiler", "python")
 native = CppExtension(
     name="torch_spyre._C",
     sources=sorted(src for layer in LAYERS for src in glob.glob(f"csrc/{layer}/*.cpp")),

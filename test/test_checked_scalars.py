@@ -3,7 +3,7 @@ tensors' dtype raises at the call with CPU's message, and the device stays
 usable. A plan's verified signature carries each scalar's class (the dtypes
 its value overflows, its sign), not only its type: a value of a new class is
 checked by the kernel on the host before anything is queued
-(csrc/aten/scalar_class.h)."""
+(csrc/launch/scalar_class.h)."""
 
 import threading
 

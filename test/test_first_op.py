@@ -1,6 +1,6 @@
 """Issue 30, item 3: the first op of a process answers at once.
 
-Output metadata is inferred with C++ meta kernels (csrc/aten/meta_inference.h):
+Output metadata is inferred with C++ meta kernels (csrc/launch/meta_inference.h):
 torch replaces ~630 of them with Python ones at `import torch`, and the first
 Python meta kernel imports sympy or torch._dynamo (500-800 modules, seconds).
 Each test runs in a fresh interpreter: what is imported, and how long a first
@@ -176,7 +176,7 @@ print(error("cpu"))
 
 
 # A loop over new shapes: a pointwise op or a reduction whose tensors are all contiguous and of
-# one shape reuses another shape's plan (csrc/aten/plan.cpp, templatePlan); every other call
+# one shape reuses another shape's plan (csrc/launch/plan.cpp, templatePlan); every other call
 # runs its meta kernel. Results, strides and dtypes equal CPU's either way.
 NEW_SHAPES = """
 import json

@@ -30,7 +30,55 @@ def test_runtime_layer_includes_no_aten_or_torch_header():
 
 def test_csrc_is_one_folder_per_layer():
     entries = sorted(os.listdir(os.path.join(ROOT, "csrc")))
-    assert entries == ["aten", "device", "graphs", "profiler", "python", "runtime", "testing"]
+    assert entries == ["aten", "device", "graphs", "launch", "profiler", "python", "runtime",
+                       "testing"]
+
+
+# The floors of _C, lowest first (setup.py builds them in this order): a file
+# includes headers of its own floor or of floors below it, never above.
+FLOORS = ("runtime", "device", "launch", "aten", "graphs", "profiler", "python")
+
+
+def _includes_up_a_floor(root=ROOT):
+    offenders = []
+    for floor, layer in enumerate(FLOORS):
+        for path in sorted(glob.glob(os.path.join(root, "csrc", layer, "*"))):
+            with open(path) as f:
+                for number, line in enumerate(f, 1):
+                    m = re.match(r'\s*#\s*include\s*"([a-z_]+)/', line)
+                    if m and m.group(1) in FLOORS and FLOORS.index(m.group(1)) > floor:
+                        offenders.append(f"{layer}/{os.path.basename(path)}:{number}: "
+                                         f"{line.strip()}")
+    return offenders
+
+
+def test_no_include_runs_up_a_floor():
+    assert _includes_up_a_floor() == []
+
+
+def test_the_launch_path_is_a_floor_between_device_and_aten():
+    # What the launch layer holds (the contract in launch/launch.h) and what
+    # stays with the ops: kernels include the launch path, never the reverse.
+    launch = set(os.listdir(os.path.join(ROOT, "csrc", "launch")))
+    assert {"launch.h", "launch.cpp", "plan.h", "queued_op.h", "sync_path.h", "fallback.cpp",
+            "cpu_kernel_scope.h", "verified_signatures.h", "thread_mode.h"} <= launch
+    aten = set(os.listdir(os.path.join(ROOT, "csrc", "aten")))
+    assert {"kernels.cpp", "rnn.cpp", "attention.cpp", "autocast.cpp", "quantized.cpp",
+            "compiled_kernel.cpp"} <= aten
+    assert not aten & {"launch.h", "plan.h", "queued_op.h", "work.h", "sync_path.h"}
+    kernels = open(os.path.join(ROOT, "csrc", "aten", "kernels.cpp")).read()
+    assert '#include "launch/launch.h"' in kernels
+
+
+def test_the_floor_check_sees_an_include_up_a_floor(tmp_path):
+    # The check itself: a runtime file that includes a launch header is named.
+    fake = tmp_path / "csrc"
+    for layer in FLOORS:
+        (fake / layer).mkdir(parents=True)
+    (fake / "runtime" / "x.cpp").write_text('#include "device/allocator.h"\n'
+                                           '#include "runtime/stream.h"\n')
+    (fake / "aten" / "y.cpp").write_text('#include "launch/launch.h"\n')
+    assert _includes_up_a_floor(str(tmp_path)) == ['runtime/x.cpp:1: #include "device/allocator.h"']
 
 
 def test_native_module_has_no_test_or_benchmark_machinery():

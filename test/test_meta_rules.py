@@ -1,4 +1,4 @@
-"""The meta kernels written in csrc/aten/meta_rules.cpp, for ops whose only
+"""The meta kernels written in csrc/launch/meta_rules.cpp, for ops whose only
 Meta kernel in torch 2.13 is a Python one (issue 30, item 3), and for
 convolutions, whose composite kernel sends meta tensors to a backend that has
 no kernel (before their rules, every convolution ran at the call).

@@ -1,7 +1,7 @@
 """Issue 30, item 4: profiles show the user's work only.
 
 The first call of an op in a process infers its outputs with the op's meta
-kernel and tries the CPU kernel on zeroed scratch memory (csrc/aten/launch.cpp,
+kernel and tries the CPU kernel on zeroed scratch memory (csrc/launch/launch.cpp,
 buildPlan and verifyPlan). Neither is the user's work: a profile of N calls
 must show exactly N of each op the user called and none of the ops those steps
 run (aten::zeros / zero_ of the scratch buffers, relu's Python meta kernel's

@@ -236,7 +236,7 @@ def test_amp_and_module_surface():
         assert callable(getattr(torch.spyre, name)), name
 
 
-# The thread mode key (csrc/aten/thread_mode.h): a dispatch key spyre borrows, registered at
+# The thread mode key (csrc/launch/thread_mode.h): a dispatch key spyre borrows, registered at
 # import only when no other library registered on it.
 KEY = "TESTING_ONLY_GenericMode"
 KEY_LEFT = ("which spyre borrows as its thread mode key; spyre leaves the key alone: metadata "

@@ -1,4 +1,4 @@
-"""The synchronous path (csrc/aten/sync_path.h): ops computed on the host at the
+"""The synchronous path (csrc/launch/sync_path.h): ops computed on the host at the
 call write their results into device blocks in stream order, never ahead of
 work already queued on those blocks (issue 31, items 1 and 3)."""
 

@@ -387,7 +387,7 @@ def _host_read(name):
 
 def wrap_host_reads():
     """Why: Tensor.numpy() and tolist() read a CPU tensor's memory without the dispatcher, so
-    the sanitizer's CPU-side check (csrc/aten/sanitizer_host.cpp) never sees them.
+    the sanitizer's CPU-side check (csrc/launch/sanitizer_host.cpp) never sees them.
     Changes: torch.Tensor.numpy / tolist, while the sanitizer is on (removed by
     unwrap_host_reads); each calls TensorBase's after the check.
     Retired by: a dispatcher op (or a hook) for the host reads numpy() and tolist() make."""

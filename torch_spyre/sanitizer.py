@@ -14,7 +14,7 @@ racing launches (a wait on the streams they race with) instead of reporting.
 The host side of copies: a CPU operation that reads the pinned destination of a
 `non_blocking` D2H, or writes the pinned source of a `non_blocking` H2D, before
 the host waited for the copy, is reported the same way. CPU operations are seen
-in C++ (csrc/aten/sanitizer_host.cpp); `Tensor.numpy()` and `Tensor.tolist()`
+in C++ (csrc/launch/sanitizer_host.cpp); `Tensor.numpy()` and `Tensor.tolist()`
 read the memory without the dispatcher and are wrapped while the sanitizer is
 on (torch_spyre/_patches.py).
 """

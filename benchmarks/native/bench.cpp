@@ -30,7 +30,7 @@
 
 #include <flex/testing.hpp>
 
-#include "runtime/costed_launch.h"
+#include "runtime/card_priced_launch.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
 
@@ -552,12 +552,13 @@ BenchResult stubCardLaunchAfterMillion(int64_t n, int repeats) {
   setenv("FLEX_STUB_CARD_HOST_PREP_US", "1", 1);
   requireFreshProcess("stub.card_launch_after_1m");
   const SpyreStream stream = getStreamFromPool();
+  const CheckedDevice device = checkDevice(stream.device_index());
   flex::WorkCost cost;
   cost.bytes_read = cost.bytes_written = 1024;
   int64_t launched = 0;
   auto batch = [&](int64_t count) {
     const auto start = Clock::now();
-    for (int64_t i = 0; i < count; ++i) launchComputeWithCost(stream, kNoop, "kernel", 1024, cost);
+    for (int64_t i = 0; i < count; ++i) launchComputeWithCost(stream, device, kNoop, "kernel", 1024, cost);
     stream.synchronize();
     launched += count;
     return nsBetween(start, Clock::now()) / static_cast<double>(count);

@@ -7,9 +7,9 @@
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
-#include "aten/engine_team.h"
-#include "aten/sanitizer_accesses.h"
-#include "aten/stream_uses.h"
+#include "launch/engine_team.h"
+#include "launch/sanitizer_accesses.h"
+#include "launch/stream_uses.h"
 #include "device/numerics.h"
 #include "flex/flex.hpp"
 

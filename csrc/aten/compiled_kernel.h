@@ -8,7 +8,7 @@
 // arguments by value (device addresses, integers, floats) and queues the
 // kernel on the current stream. Nothing of Python or of a tensor is captured:
 // device memory stays valid in stream order, and every tensor argument is
-// recorded on the stream (aten/stream_uses.h), as for every other device op.
+// recorded on the stream (launch/stream_uses.h), as for every other device op.
 #pragma once
 
 #include <array>
@@ -19,7 +19,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "aten/tensor_ref.h"
+#include "launch/tensor_ref.h"
 #include "runtime/sanitizer.h"
 #include "runtime/stream.h"
 

@@ -2,8 +2,8 @@
 // fills. Every piece of device work runs on the *current stream* of the
 // device: copies are DMA (or, for strided / converting copies, a compute
 // operation on the device timeline), fills are device fills. Every other op
-// takes the launch path (aten/launch.h). Device work captures TensorRefs,
-// never tensors (aten/tensor_ref.h: engine threads never touch Python).
+// takes the launch path (launch/launch.h). Device work captures TensorRefs,
+// never tensors (launch/tensor_ref.h: engine threads never touch Python).
 #include <functional>
 #include <optional>
 #include <string>
@@ -19,21 +19,21 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include "aten/engine_team.h"
-#include "aten/launch.h"
-#include "aten/sanitizer_accesses.h"
-#include "aten/sanitizer_host.h"
-#include "aten/stream_copy.h"
-#include "aten/stream_uses.h"
-#include "aten/tensor_ref.h"
-#include "aten/work_cost.h"
+#include "launch/engine_team.h"
+#include "launch/launch.h"
+#include "launch/sanitizer_accesses.h"
+#include "launch/sanitizer_host.h"
+#include "launch/stream_copy.h"
+#include "launch/stream_uses.h"
+#include "launch/tensor_ref.h"
+#include "launch/work_cost.h"
 #include "device/allocator.h"
 #include "device/card_rules.h"
 #include "device/dtypes.h"
 #include "device/generator.h"
 #include "device/numerics.h"
 #include "runtime/capture.h"
-#include "runtime/costed_launch.h"
+#include "runtime/card_priced_launch.h"
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
 #include "runtime/sync_debug.h"
@@ -238,8 +238,8 @@ bool launchCopy(const SpyreStream& stream, const at::Tensor& src, const at::Tens
         }
       };
       if (C10_UNLIKELY(cost.has_value())) {
-        stream.resolveRuntimeHandle();  // the device check launchCompute makes
-        launchComputeWithCost(stream, std::move(copy), "copy", nbytes, *cost);
+        launchComputeWithCost(stream, checkDevice(stream.device_index()), std::move(copy), "copy",
+                              nbytes, *cost);
       } else {
         stream.launchCompute(std::move(copy), "copy", nbytes);
       }

@@ -21,9 +21,9 @@ namespace spyre {
 
 // The c10::DeviceAllocator registered for PrivateUse1.
 c10::Allocator* deviceAllocator();
-// deviceAllocator()->allocate(nbytes) on `device`, an index ensureDevice()
-// returned during this op: the launch path checks its device once per op.
-c10::DataPtr allocateSkippingDeviceCheck(size_t nbytes, c10::DeviceIndex device);
+// deviceAllocator()->allocate(nbytes) on a device this op checked: the
+// launch path checks its device once per op.
+c10::DataPtr allocate(size_t nbytes, CheckedDevice device);
 // Keep the block behind `data_ptr` from being reused until the work launched
 // on `stream` so far has finished. Ignores pointers this allocator did not make.
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream);

@@ -42,7 +42,7 @@ size_t segmentSize(size_t size) {
 }
 
 // Adds `delta` to the aggregate stat and to the block's pool stat.
-void change(StatArray& stats, bool small, int64_t delta) {
+void updateStat(StatArray& stats, bool small, int64_t delta) {
   for (const StatType type : {StatType::AGGREGATE, small ? StatType::SMALL_POOL
                                                          : StatType::LARGE_POOL}) {
     Stat& stat = stats[static_cast<size_t>(type)];
@@ -195,8 +195,8 @@ DeviceBlock* DeviceCachingAllocator::allocateSegmentLocked(Pool& pool, PrivatePo
   history_.recordLocked(HistoryAction::SEGMENT_ALLOC, device,
                         reinterpret_cast<uintptr_t>(block->ptr), segment_bytes, stream,
                         poolIdOf(block.get()), context);
-  change(stats_.segment, pool.is_small, 1);
-  change(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(segment_bytes));
+  updateStat(stats_.segment, pool.is_small, 1);
+  updateStat(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(segment_bytes));
   ++stats_.num_device_alloc;
   return block.release();
 }
@@ -225,22 +225,22 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
     remaining->size = rest;
     pool.blocks.insert(std::move(remaining->pool_node));
     if (already_split) {
-      change(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(size));
+      updateStat(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(size));
     } else {
-      change(stats_.inactive_split, block->small, 1);
-      change(stats_.inactive_split_bytes, block->small, static_cast<int64_t>(rest));
+      updateStat(stats_.inactive_split, block->small, 1);
+      updateStat(stats_.inactive_split_bytes, block->small, static_cast<int64_t>(rest));
     }
   } else if (already_split) {
-    change(stats_.inactive_split, block->small, -1);
-    change(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
+    updateStat(stats_.inactive_split, block->small, -1);
+    updateStat(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
   }
   block->allocated = true;
   block->requested_size = requested;
-  change(stats_.allocation, block->small, 1);
-  change(stats_.allocated_bytes, block->small, static_cast<int64_t>(block->size));
-  change(stats_.active, block->small, 1);
-  change(stats_.active_bytes, block->small, static_cast<int64_t>(block->size));
-  change(stats_.requested_bytes, block->small, static_cast<int64_t>(requested));
+  updateStat(stats_.allocation, block->small, 1);
+  updateStat(stats_.allocated_bytes, block->small, static_cast<int64_t>(block->size));
+  updateStat(stats_.active, block->small, 1);
+  updateStat(stats_.active_bytes, block->small, static_cast<int64_t>(block->size));
+  updateStat(stats_.requested_bytes, block->small, static_cast<int64_t>(requested));
   return block;
 }
 
@@ -255,8 +255,8 @@ void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
                           block->stream, poolIdOf(block), context ? context : block->context);
   }
   block->allocated = false;
-  change(stats_.allocation, block->small, -1);
-  change(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+  updateStat(stats_.allocation, block->small, -1);
+  updateStat(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
   // Before the block can merge away: the report names it.
   const ProfilerReport report = profilerReportLocked(block, -static_cast<int64_t>(block->size));
   try {
@@ -411,11 +411,11 @@ void DeviceCachingAllocator::freeBlockLocked(DeviceBlock* block, const Context& 
     split_blocks += 1;
     split_bytes += static_cast<int64_t>(block->size);
   }
-  change(stats_.inactive_split, block->small, split_blocks);
-  change(stats_.inactive_split_bytes, block->small, split_bytes);
-  change(stats_.active, block->small, -1);
-  change(stats_.active_bytes, block->small, -original_size);
-  change(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested_size));
+  updateStat(stats_.inactive_split, block->small, split_blocks);
+  updateStat(stats_.inactive_split_bytes, block->small, split_bytes);
+  updateStat(stats_.active, block->small, -1);
+  updateStat(stats_.active_bytes, block->small, -original_size);
+  updateStat(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested_size));
   block->requested_size = 0;
 }
 
@@ -593,8 +593,8 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
     if (PrivatePool* owner = segment->private_pool) {
       --owner->segments;
     }
-    change(stats_.segment, segment->small, -1);
-    change(stats_.reserved_bytes, segment->small, -static_cast<int64_t>(segment->size));
+    updateStat(stats_.segment, segment->small, -1);
+    updateStat(stats_.reserved_bytes, segment->small, -static_cast<int64_t>(segment->size));
     ++stats_.num_device_free;
     delete segment->segment;
     delete segment;

@@ -28,7 +28,7 @@
 // every thread that allocates or frees (host threads, autograd's device
 // thread, c10d's worker threads releasing collectives' tensors) would stall
 // behind it. Engine threads never enter it: queued work holds no tensors
-// (aten/tensor_ref.h). It is held across fork(), so a forked child can free
+// (launch/tensor_ref.h). It is held across fork(), so a forked child can free
 // the blocks it inherited.
 #pragma once
 

@@ -17,19 +17,19 @@ namespace spyre {
 namespace {
 
 // Leaked on purpose: tensors may be freed by other static destructors.
-DeviceCachingAllocator& theBlockPools() {
+DeviceCachingAllocator& cachingAllocator() {
   static auto* pools = new DeviceCachingAllocator();
   return *pools;
 }
 
 void freeDeviceBlock(void* context) {
-  theBlockPools().free(static_cast<DeviceBlock*>(context));
+  cachingAllocator().free(static_cast<DeviceBlock*>(context));
 }
 
 class SpyreDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
-    return allocateSkippingDeviceCheck(nbytes, ensureDevice(-1));
+    return spyre::allocate(nbytes, checkDevice(-1));
   }
 
   // copy_data is synchronous by contract: a D2D on the current stream, waited for.
@@ -45,7 +45,7 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
   }
 
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
-    theBlockPools().emptyCache();
+    cachingAllocator().emptyCache();
   }
 
   void recordStream(const c10::DataPtr& data_ptr, c10::Stream stream) override {
@@ -56,17 +56,17 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
   // another device raises (ensureDevice names both).
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     ensureDevice(device);
-    return theBlockPools().stats();
+    return cachingAllocator().stats();
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     ensureDevice(device);
-    theBlockPools().resetAccumulatedStats();
+    cachingAllocator().resetAccumulatedStats();
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
     ensureDevice(device);
-    theBlockPools().resetPeakStats();
+    cachingAllocator().resetPeakStats();
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
@@ -90,48 +90,48 @@ const bool registered = [] {
 }  // namespace
 
 void fork_gate::lockDeviceAllocator() {
-  theBlockPools().lockForFork();
+  cachingAllocator().lockForFork();
 }
 
 void fork_gate::unlockDeviceAllocator() {
-  theBlockPools().unlockAfterFork();
+  cachingAllocator().unlockAfterFork();
 }
 
 c10::Allocator* deviceAllocator() {
   return &theDeviceAllocator();
 }
 
-c10::DataPtr allocateSkippingDeviceCheck(size_t nbytes, c10::DeviceIndex device) {
-  const c10::Device where(c10::DeviceType::PrivateUse1, device);
+c10::DataPtr allocate(size_t nbytes, CheckedDevice device) {
+  const c10::Device where(c10::DeviceType::PrivateUse1, device.index());
   if (nbytes == 0) {
     return {nullptr, nullptr, nullptr, where};  // as CUDA: no memory, no stats
   }
   runtimeContext();  // raises after free_runtime(), even when the cache could serve
   resolveNumerics();  // known before anything is written to device memory
   // Under the card's rules the card's unit: whole 128-byte sticks.
-  DeviceBlock* block = theBlockPools().malloc(deviceAllocationBytes(nbytes), device);
+  DeviceBlock* block = cachingAllocator().malloc(deviceAllocationBytes(nbytes), device.index());
   return {block->ptr, block, &freeDeviceBlock, where};
 }
 
 void useGraphPool(std::pair<uint64_t, uint64_t> id) {
-  theBlockPools().usePool(id);
+  cachingAllocator().usePool(id);
 }
 
 void releaseGraphPool(std::pair<uint64_t, uint64_t> id) {
-  theBlockPools().releasePool(id);
+  cachingAllocator().releasePool(id);
 }
 
 void recordMemoryHistory(const HistorySettings& settings) {
-  theBlockPools().recordHistory(settings);
+  cachingAllocator().recordHistory(settings);
 }
 
 MemorySnapshot memorySnapshot() {
-  return theBlockPools().snapshot();
+  return cachingAllocator().snapshot();
 }
 
 bool allocatedInGraphPool(const c10::DataPtr& data_ptr, std::pair<uint64_t, uint64_t> id) {
   if (data_ptr.get_deleter() != &freeDeviceBlock) return false;
-  return theBlockPools().isInPool(static_cast<const DeviceBlock*>(data_ptr.get_context()), id);
+  return cachingAllocator().isInPool(static_cast<const DeviceBlock*>(data_ptr.get_context()), id);
 }
 
 void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
@@ -144,7 +144,7 @@ void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
   if (block->stream == stream.id()) {
     return;
   }
-  theBlockPools().recordStream(block, stream.id());
+  cachingAllocator().recordStream(block, stream.id());
 }
 
 void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes) {
@@ -161,7 +161,7 @@ void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes) {
   const_cast<c10::Storage&>(storage).set_nbytes(new_bytes);
 }
 
-int64_t blockObjectsMade() { return theBlockPools().blockObjectsMade(); }
+int64_t blockObjectsMade() { return cachingAllocator().blockObjectsMade(); }
 
 c10::Device deviceFromPtr(void* ptr) {
   flex::RuntimeContext* context = flex::RuntimeContext::get();

@@ -32,7 +32,7 @@ SpyreStream fromKey(c10::StreamId id, int64_t device_index);
 // left alone if it is not torch's own: then returns why (a warning's text).
 std::string checkTorchStreamIndices();
 
-// ---- host waits (gil_waits.cpp): release the GIL, park threads at exit.
+// ---- host waits (host_waits_without_gil.cpp): release the GIL, park threads at exit.
 void installHostWaitHooks();
 
 // ---- device memory faults (device_fault_stack.cpp): the Python stack in the report.

@@ -5,8 +5,8 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
-#include "aten/launch.h"
-#include "aten/thread_mode.h"
+#include "launch/launch.h"
+#include "launch/thread_mode.h"
 #include "python/bindings.h"
 #include "runtime/runtime.h"
 
@@ -38,7 +38,7 @@ PYBIND11_MODULE(_C, m) {
   installHostWaitHooks();
   installDeviceFaultStack();
   spyre::registerFunctionalForms();
-  // A borrowed dispatch key, registered only if nothing else claimed it (aten/thread_mode.h).
+  // A borrowed dispatch key, registered only if nothing else claimed it (launch/thread_mode.h).
   const std::string key_taken = spyre::registerThreadModeKey();
   if (!key_taken.empty() && PyErr_WarnEx(PyExc_RuntimeWarning, key_taken.c_str(), 1) != 0) {
     throw py::error_already_set();

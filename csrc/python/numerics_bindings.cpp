@@ -5,9 +5,9 @@
 
 #include <ATen/ops/empty.h>
 
-#include "aten/sanitizer_accesses.h"
-#include "aten/stream_uses.h"
-#include "aten/tensor_ref.h"
+#include "launch/sanitizer_accesses.h"
+#include "launch/stream_uses.h"
+#include "launch/tensor_ref.h"
 #include "device/dlfloat16.h"
 #include "device/numerics.h"
 #include "python/bindings.h"

@@ -10,7 +10,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "aten/tensor_ref.h"
+#include "launch/tensor_ref.h"
 #include "python/bindings.h"
 #include "runtime/host_wait.h"
 

@@ -5,8 +5,8 @@
 #include <flex/card.hpp>
 
 #include "aten/autograd_exit.h"
-#include "aten/plan.h"
-#include "aten/work.h"
+#include "launch/plan.h"
+#include "launch/queued_op.h"
 #include "device/allocator.h"
 #include "device/card_rules.h"
 #include "python/bindings.h"

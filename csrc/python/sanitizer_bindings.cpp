@@ -7,8 +7,8 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "aten/sanitizer_accesses.h"
-#include "aten/sanitizer_host.h"
+#include "launch/sanitizer_accesses.h"
+#include "launch/sanitizer_host.h"
 #include "python/bindings.h"
 #include "runtime/sanitizer.h"
 

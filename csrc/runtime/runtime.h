@@ -114,6 +114,24 @@ inline c10::DeviceIndex ensureDevice(c10::DeviceIndex index) {
   return index;
 }
 
+// A device index ensureDevice() accepted during the current op. The launch
+// path checks an op's device once; the calls that take a CheckedDevice (an
+// allocation, the current stream, a compute launch) trust it instead of
+// checking again at every step. Only checkDevice() makes one.
+class CheckedDevice {
+ public:
+  c10::DeviceIndex index() const { return index_; }
+
+ private:
+  explicit CheckedDevice(c10::DeviceIndex index) : index_(index) {}
+  friend CheckedDevice checkDevice(c10::DeviceIndex index);
+  c10::DeviceIndex index_;
+};
+
+inline CheckedDevice checkDevice(c10::DeviceIndex index) {
+  return CheckedDevice(ensureDevice(index));
+}
+
 // The device this process is bound to, starting the runtime if needed.
 c10::DeviceIndex boundDevice();
 

@@ -21,7 +21,7 @@
 // when its queries happen to run.
 //
 // No ATen or Python here (the runtime layer): callers describe tensors as
-// strided byte sets (aten/sanitizer_accesses.h), and the Python layer installs
+// strided byte sets (launch/sanitizer_accesses.h), and the Python layer installs
 // how a launch's stack is captured and a report is raised
 // (python/sanitizer_bindings.cpp).
 #pragma once

@@ -18,7 +18,7 @@
 #include <c10/util/Exception.h>
 
 #include "runtime/capture.h"
-#include "runtime/costed_launch.h"
+#include "runtime/card_priced_launch.h"
 #include "runtime/error.h"
 #include "runtime/host_wait.h"
 #include "runtime/runtime.h"
@@ -330,10 +330,9 @@ void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size
   handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
 }
 
-void SpyreStream::launchComputeSkippingDeviceCheck(std::function<void()> fn, const char* name,
-                                               size_t bytes,
-                                               const std::function<void()>& on_record) const {
-  flex::RuntimeStream* handle = resolveRuntimeHandleSkippingDeviceCheck();
+void SpyreStream::launchCompute(CheckedDevice device, std::function<void()> fn, const char* name,
+                                size_t bytes, const std::function<void()>& on_record) const {
+  flex::RuntimeStream* handle = resolveRuntimeHandle(device);
   if (C10_UNLIKELY(capture::anyCapture()) &&
       capture::recordCompute(id(), fn, name, bytes, on_record)) {
     return;
@@ -341,10 +340,10 @@ void SpyreStream::launchComputeSkippingDeviceCheck(std::function<void()> fn, con
   handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
 }
 
-void launchComputeWithCost(const SpyreStream& stream, std::function<void()> fn, const char* name,
-                           size_t bytes, const flex::WorkCost& cost,
-                           const std::function<void()>& on_record) {
-  flex::RuntimeStream* handle = stream.resolveRuntimeHandleSkippingDeviceCheck();
+void launchComputeWithCost(const SpyreStream& stream, CheckedDevice device,
+                           std::function<void()> fn, const char* name, size_t bytes,
+                           const flex::WorkCost& cost, const std::function<void()>& on_record) {
+  flex::RuntimeStream* handle = stream.resolveRuntimeHandle(device);
   if (C10_UNLIKELY(capture::anyCapture()) &&
       capture::recordCompute(stream.id(), fn, name, bytes, on_record)) {
     return;

@@ -102,9 +102,8 @@ class SpyreStream {
   // "no flex handle for stream id N" for an id the pool never mapped.
   // Inline (below): every launch resolves its stream.
   flex::RuntimeStream* resolveRuntimeHandle() const;
-  // The same without the device check, for a device ensureDevice() accepted
-  // during this op.
-  flex::RuntimeStream* resolveRuntimeHandleSkippingDeviceCheck() const;
+  // The same for a stream of a device this op checked (no second check).
+  flex::RuntimeStream* resolveRuntimeHandle(CheckedDevice device) const;
 
   // True iff all work launched on the stream has finished. Runtime errors
   // propagate unwrapped.
@@ -132,14 +131,13 @@ class SpyreStream {
                  std::function<void()> keep_alive = {}) const;
   void launchD2D(const void* src, void* dst, size_t nbytes) const;
   void launchCompute(std::function<void()> fn, const char* name, size_t bytes = 0) const;
-  // launchCompute for a stream whose device ensureDevice() accepted during
-  // this op (the launch path checks its device once per op). When the stream
-  // is capturing, `on_record` (if any) is called before `fn` is recorded, under
-  // the capture's lock: whether an op is replayed is decided where it is
-  // recorded (another thread may make the stream join a capture at any time).
-  void launchComputeSkippingDeviceCheck(std::function<void()> fn, const char* name,
-                                    size_t bytes = 0,
-                                    const std::function<void()>& on_record = {}) const;
+  // launchCompute for a stream of a device this op checked (the launch path
+  // checks its device once per op). When the stream is capturing, `on_record`
+  // (if any) is called before `fn` is recorded, under the capture's lock:
+  // whether an op is replayed is decided where it is recorded (another thread
+  // may make the stream join a capture at any time).
+  void launchCompute(CheckedDevice device, std::function<void()> fn, const char* name,
+                     size_t bytes = 0, const std::function<void()>& on_record = {}) const;
   void launchHostCallback(std::function<void()> fn, const char* name) const;
   // A window in which the collective transport reads and writes device memory
   // (flex::PeerAccessWindow): it holds the stream from when the stream reaches
@@ -183,6 +181,7 @@ void checkHostComputeSetting();
 // The calling thread's current stream (the default stream until set).
 // Inline (below): every op asks for it.
 SpyreStream getCurrentStream(c10::DeviceIndex device = -1);
+SpyreStream getCurrentStream(CheckedDevice device);
 // Make `stream` the calling thread's current stream; returns the previous one.
 // Raises for an id the pool never mapped.
 SpyreStream setCurrentStream(SpyreStream stream);
@@ -230,11 +229,11 @@ inline c10::Stream makeSpyreStream(c10::DeviceIndex device, c10::StreamId id) {
 }  // namespace detail
 
 inline flex::RuntimeStream* SpyreStream::resolveRuntimeHandle() const {
-  ensureDevice(device_index());  // first: raises in a forked child or for another device
-  return resolveRuntimeHandleSkippingDeviceCheck();
+  // First: raises in a forked child or for another device.
+  return resolveRuntimeHandle(checkDevice(device_index()));
 }
 
-inline flex::RuntimeStream* SpyreStream::resolveRuntimeHandleSkippingDeviceCheck() const {
+inline flex::RuntimeStream* SpyreStream::resolveRuntimeHandle(CheckedDevice /*device*/) const {
   const c10::StreamId stream_id = id();
   if (C10_LIKELY(stream_id >= 0 && stream_id < kMaxStreamIds)) {
     if (flex::RuntimeStream* cached = detail::tls_handle_cache[static_cast<size_t>(stream_id)]) {
@@ -248,10 +247,10 @@ inline SpyreStream getCurrentStream(c10::DeviceIndex device) {
   return SpyreStream(detail::makeSpyreStream(ensureDevice(device), detail::tls_current_stream_id));
 }
 
-// getCurrentStream for an index ensureDevice() returned during this op (the
-// launch path checks its device once per op).
-inline SpyreStream getCurrentStreamSkippingDeviceCheck(c10::DeviceIndex device) {
-  return SpyreStream(detail::makeSpyreStream(device, detail::tls_current_stream_id));
+// getCurrentStream for a device this op checked (the launch path checks its
+// device once per op).
+inline SpyreStream getCurrentStream(CheckedDevice device) {
+  return SpyreStream(detail::makeSpyreStream(device.index(), detail::tls_current_stream_id));
 }
 
 #ifdef SPYRE_LOCK_AUDIT

@@ -616,8 +616,8 @@ int captureJoinMode(int64_t iterations) {
       auto work = std::make_shared<CaptureJoinWork>();
       CaptureJoinWork* raw = work.get();
       try {
-        joined.launchComputeSkippingDeviceCheck(
-            [work = std::move(work)]() mutable {
+        joined.launchCompute(
+            spyre::checkDevice(joined.device_index()), [work = std::move(work)]() mutable {
               if (work->replayable) g_replayed_runs.fetch_add(1, std::memory_order_relaxed);
               if (!work->replayable) work.reset();  // run once: its state is gone
             },

@@ -16,7 +16,7 @@
 #include "dma.hpp"
 #include "flex/flex.hpp"
 #include "op.hpp"
-#include "ring.hpp"
+#include "chunked_queue.hpp"
 #include "thread_cpus.hpp"
 
 namespace flex::detail {
@@ -94,7 +94,7 @@ class Scheduler {
   std::atomic<bool> stopping_{false};
 
   mutable std::mutex mutex_;
-  Ring<RuntimeStream::Impl*> ready_[2];  // index: kHigh, kNormal
+  ChunkedQueue<RuntimeStream::Impl*> ready_[2];  // index: kHigh, kNormal
   std::atomic<int> ready_count_[2] = {};  // mirrors ready_ sizes for lock-free yield checks
   std::vector<Engine*> idle_;             // LIFO: the most recently busy engine is cache-warm
   std::vector<std::unique_ptr<Engine>> engines_;

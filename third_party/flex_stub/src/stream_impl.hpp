@@ -10,7 +10,7 @@
 
 #include "flex/flex.hpp"
 #include "op.hpp"
-#include "ring.hpp"
+#include "chunked_queue.hpp"
 
 namespace flex {
 
@@ -47,7 +47,7 @@ struct RuntimeStream::Impl {
   const RuntimeStreamPriority priority;
 
   std::mutex mutex;
-  detail::Ring<detail::Op> queue;  // guarded by mutex
+  detail::ChunkedQueue<detail::Op> queue;  // guarded by mutex
   State state = State::Idle;       // guarded by mutex
   std::atomic<uint64_t> launched{0};   // written under mutex, read lock-free
   std::atomic<uint64_t> completed{0};  // written under mutex, read lock-free

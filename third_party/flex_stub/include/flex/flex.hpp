@@ -266,7 +266,9 @@ class RuntimeStream {
   // spin (at most 50 us), then a sleep. Returns at once, enqueuing nothing,
   // when the stream is idle. Throws the stream's pending failure once.
   void synchronize();
-  // Sticky: the stream has failed and cannot take more work.
+  // Sticky: the stream has failed and cannot take more work. The name is the
+  // card runtime's (flex's RuntimeStream API, which upstream torch-spyre
+  // calls): code written against this header runs on a card unchanged.
   bool needsShutdown() const;
   // The failure message, empty when the stream is healthy.
   std::string errorMessage() const;
