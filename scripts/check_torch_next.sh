@@ -6,7 +6,7 @@
 # checkout, and run the inner test tier there (a first build compiles every file: minutes
 # with the default MAX_JOBS=1; run it under `nice` on a shared machine). Writes to
 # $TORCH_NEXT_DIR (default /tmp/torch_spyre-next)/out/:
-#   selfcheck.log  the patch self-check's verdict on every feature (torch_spyre/_patches.py)
+#   selfcheck.log  the patch self-check's verdict on every feature (torch_spyre/_patches/)
 #   inner.log      pytest's output;  inner.xml  its JUnit report
 #   summary.txt    the counts, and the failures grouped by their error's first line
 #   override.*     the compile suites again with the self-check overridden: this torch's
@@ -140,8 +140,9 @@ if [[ " $PHASES " == *" override "* ]]; then
 import sys
 
 from torch_spyre import _patches
+from torch_spyre._patches.ledger import _AfterImport
 
-hooks = [f for f in sys.meta_path if isinstance(f, _patches._AfterImport)]
+hooks = [f for f in sys.meta_path if isinstance(f, _AfterImport)]
 sys.meta_path[:] = [f for f in sys.meta_path if f not in hooks]
 for feature in _patches.TARGETS:
     _patches.TARGETS[feature].update(_patches.current_fingerprints(feature))

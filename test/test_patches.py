@@ -1,4 +1,4 @@
-"""torch_spyre/_patches.py: every replaced torch internal is checked against the torch it was
+"""torch_spyre/_patches/: every replaced torch internal is checked against the torch it was
 written for, a mismatch disables the feature that depends on it (one warning, no wrong path),
 and nothing of torch changes while a graph compiles (docs/compile.md, "Patched torch
 internals")."""
@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from conftest import run_python
 from torch_spyre import _patches
+from torch_spyre._patches import ledger
 
 pytestmark = [
     pytest.mark.usefixtures("fresh_dynamo"),
@@ -39,8 +40,8 @@ def test_every_feature_is_enabled_on_the_torch_it_was_written_for():
 
 
 def test_the_modules_importing_get_current_backend_by_name_are_the_patched_ones():
-    found = _patches._RESOLVERS["modules of torch._inductor naming get_current_backend"]()
-    assert str(found).split("\n") == sorted(_patches._MODULES_USING_GET_CURRENT_BACKEND)
+    found = ledger._RESOLVERS["modules of torch._inductor naming get_current_backend"]()
+    assert str(found).split("\n") == sorted(ledger._MODULES_USING_GET_CURRENT_BACKEND)
 
 
 # A torch where one more inductor module names get_current_backend: the set the fingerprint
@@ -52,9 +53,10 @@ _ONE_MORE_MODULE = """
         warnings.simplefilter("always")
         import torch_spyre
         from torch_spyre import _patches
-        listed = _patches._RESOLVERS["modules of torch._inductor naming get_current_backend"]
-        _patches._RESOLVERS["modules of torch._inductor naming get_current_backend"] = (
-            lambda: _patches._Text(listed() + "\\ntorch._inductor.codegen.new_backend"))
+        from torch_spyre._patches import ledger
+        listed = ledger._RESOLVERS["modules of torch._inductor naming get_current_backend"]
+        ledger._RESOLVERS["modules of torch._inductor naming get_current_backend"] = (
+            lambda: ledger._Text(listed() + "\\ntorch._inductor.codegen.new_backend"))
         import torch._inductor.compile_fx
     print([str(w.message) for w in caught if str(w.message).startswith("torch_spyre")])
     print(_patches.report()[_patches.COMPILE])
@@ -75,7 +77,8 @@ def test_print_fingerprints_keeps_the_pending_patches():
         import contextlib, io, sys
         import torch
         from torch_spyre import _patches
-        pending = sorted(f.name for f in sys.meta_path if isinstance(f, _patches._AfterImport))
+        from torch_spyre._patches.ledger import _AfterImport
+        pending = sorted(f.name for f in sys.meta_path if isinstance(f, _AfterImport))
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             _patches.print_fingerprints()
@@ -84,7 +87,7 @@ def test_print_fingerprints_keeps_the_pending_patches():
         print(lines[0], repr(lines[2]))
         # Those whose module the print loaded ran (cudagraph_utils: spyre's graph policy); the
         # others wait again.
-        print(sorted(f.name for f in sys.meta_path if isinstance(f, _patches._AfterImport)))
+        print(sorted(f.name for f in sys.meta_path if isinstance(f, _AfterImport)))
         print(_patches.report()[_patches.GRAPHS])
         from torch._inductor import config
         print(config.cudagraph_policy is not None)
@@ -192,7 +195,7 @@ def test_a_replaced_graph_check_disables_spyre_graphs_only():
 # whose calls the snapshot below is taken at (torch 2.13 file, function name).
 _PROBED = {
     ("lowering.py", "_make_reduction_inner"),   # argmax over a transposed tensor
-    ("_patches.py", "use_two_step_variance"),   # var (spyre's: torch's CPU branch)
+    ("ledger.py", "use_two_step_variance"),     # var (spyre's: torch's CPU branch)
     ("conv.py", "convolution"),                 # conv2d with a bias
     ("ir.py", "is_triton"),
     ("lowering.py", "div_prim"),                # division by a constant

@@ -55,13 +55,15 @@ py::tuple poolTuple(const PoolId& pool) {
   return py::make_tuple(pool.first, pool.second);
 }
 
-// torch_spyre's wrappers of torch functions (torch.empty, Tensor.to, ...:
-// torch_spyre/_patches.py) are left out of stacks: those functions are builtins,
-// which have no Python frame, and CUDA's stacks start at their caller.
+// torch_spyre's wrappers of torch functions (torch.empty, Tensor.to, ...: the
+// modules of the package torch_spyre/_patches/) are left out of stacks: those
+// functions are builtins, which have no Python frame, and CUDA's stacks start at
+// their caller.
 bool isTorchFunctionWrapper(const std::string& filename) {
-  static const std::string kPatches = "torch_spyre/_patches.py";
-  return filename.size() >= kPatches.size() &&
-         filename.compare(filename.size() - kPatches.size(), kPatches.size(), kPatches) == 0;
+  static const std::string kPatches = "torch_spyre/_patches";
+  const size_t slash = filename.rfind('/');
+  return slash != std::string::npos && slash >= kPatches.size() &&
+         filename.compare(slash - kPatches.size(), kPatches.size(), kPatches) == 0;
 }
 
 // Frames for every dict that has a context, symbolized in one batch (frames

@@ -6,7 +6,7 @@ backend's code generation: a graph compiled by an older torch_spyre would be
 reused after torch_spyre's code generation changed. A backend's custom pass
 is part of the key (its uuid()), so spyre registers one (register_backend_for_device's
 device_custom_pass, inductor.py) that does nothing to the graph and whose uuid is the
-hash of the code generation's sources (this folder and torch_spyre/_patches.py), and
+hash of the code generation's sources (this folder and torch_spyre/_patches/), and
 whether spyre's graph policy is in force (the device check's verdict, cached with the
 graph, depends on it: graphs.policy_in_force).
 """
@@ -26,6 +26,6 @@ class SpyreCodegenVersion(CustomGraphModulePass):
         from . import graphs
 
         package = Path(__file__).parent
-        sources = [*package.glob("*.py"), package.parent / "_patches.py"]
+        sources = [*package.glob("*.py"), *(package.parent / "_patches").glob("*.py")]
         files = get_hash_for_files(tuple(sorted(str(p) for p in sources)))
         return files + (b"graphs" if graphs.policy_in_force() else b"no graphs")

@@ -370,7 +370,7 @@ _HOST_READS = ("numpy", "tolist")
 
 def _host_read(name):
     """Tensor.<name> reporting a read of a pending copy's host bytes."""
-    from . import _C
+    from .. import _C
 
     original = getattr(torch._C.TensorBase, name)
 
@@ -432,7 +432,7 @@ def wrap_device_layouts():
     is planned), or upstream moving its API off torch's names."""
     if not check(LAYOUTS):
         return
-    from . import _device_layouts
+    from .. import _device_layouts
 
     if "to" not in torch.Tensor.__dict__:
         torch.Tensor.to = _with_device_layout(
@@ -452,7 +452,7 @@ def wrap_device_layouts():
 
 
 def _factory_with_layout(name, args, kwargs, layout):
-    from . import _device_layouts
+    from .. import _device_layouts
 
     return _device_layouts.factory_with_layout(name, args, kwargs, layout)
 
@@ -465,7 +465,7 @@ def guard_device_layouts(guards):
     name and guard_check_spec. Retired by: a device hook for extra tensor guards in dynamo."""
     if not check(LAYOUT_GUARD):
         return
-    from . import _device_layouts
+    from .. import _device_layouts
 
     builder = guards.GuardBuilder
     original = builder.TENSOR_MATCH
