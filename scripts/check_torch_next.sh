@@ -140,9 +140,9 @@ if [[ " $PHASES " == *" override "* ]]; then
 import sys
 
 from torch_spyre import _patches
-from torch_spyre._patches.ledger import _AfterImport
+from torch_spyre._patches.after_import import AfterImport
 
-hooks = [f for f in sys.meta_path if isinstance(f, _AfterImport)]
+hooks = [f for f in sys.meta_path if isinstance(f, AfterImport)]
 sys.meta_path[:] = [f for f in sys.meta_path if f not in hooks]
 for feature in _patches.TARGETS:
     _patches.TARGETS[feature].update(_patches.current_fingerprints(feature))

@@ -4,6 +4,7 @@ and nothing of torch changes while a graph compiles (docs/compile.md, "Patched t
 internals")."""
 
 import importlib
+import os
 import sys
 
 import pytest
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 
 from conftest import run_python
 from torch_spyre import _patches
-from torch_spyre._patches import ledger
+from torch_spyre._patches import inductor_as_cpu, ledger
 
 pytestmark = [
     pytest.mark.usefixtures("fresh_dynamo"),
@@ -41,8 +42,24 @@ def test_every_feature_is_enabled_on_the_torch_it_was_written_for():
 
 def test_the_modules_importing_get_current_backend_by_name_are_the_patched_ones():
     found = ledger._RESOLVERS["modules of torch._inductor naming get_current_backend"]()
-    assert str(found).split("\n") == sorted(ledger._MODULES_USING_GET_CURRENT_BACKEND)
+    assert str(found).split("\n") == sorted(inductor_as_cpu._MODULES_USING_GET_CURRENT_BACKEND)
 
+
+
+def test_inductors_cache_key_hashes_every_module_of_the_package(monkeypatch):
+    # A graph compiled before a patch changed must not be reused: the backend's cache-key pass
+    # hashes each module of torch_spyre/_patches/ with the code generation's sources.
+    from torch_spyre._compile import cache_key
+
+    hashed = []
+    monkeypatch.setattr(cache_key, "get_hash_for_files",
+                        lambda files: hashed.extend(files) or b"")
+    cache_key.SpyreCodegenVersion().uuid()
+    package = os.path.dirname(_patches.__file__)
+    assert sorted(os.path.basename(f) for f in hashed if os.path.dirname(f) == package) == [
+        "__init__.py", "after_import.py", "device_layout_guard.py", "device_layout_keyword.py",
+        "graph_device_check.py", "host_copy_printing.py", "inductor_as_cpu.py", "ledger.py",
+        "profiler_exit_flag.py", "sanitizer_host_reads.py", "submodule_aliases.py"]
 
 # A torch where one more inductor module names get_current_backend: the set the fingerprint
 # covers differs, so the patch (which replaces it module by module) would miss that module.
@@ -77,8 +94,8 @@ def test_print_fingerprints_keeps_the_pending_patches():
         import contextlib, io, sys
         import torch
         from torch_spyre import _patches
-        from torch_spyre._patches.ledger import _AfterImport
-        pending = sorted(f.name for f in sys.meta_path if isinstance(f, _AfterImport))
+        from torch_spyre._patches.after_import import AfterImport
+        pending = sorted(f.name for f in sys.meta_path if isinstance(f, AfterImport))
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             _patches.print_fingerprints()
@@ -87,7 +104,7 @@ def test_print_fingerprints_keeps_the_pending_patches():
         print(lines[0], repr(lines[2]))
         # Those whose module the print loaded ran (cudagraph_utils: spyre's graph policy); the
         # others wait again.
-        print(sorted(f.name for f in sys.meta_path if isinstance(f, _AfterImport)))
+        print(sorted(f.name for f in sys.meta_path if isinstance(f, AfterImport)))
         print(_patches.report()[_patches.GRAPHS])
         from torch._inductor import config
         print(config.cudagraph_policy is not None)
@@ -195,7 +212,7 @@ def test_a_replaced_graph_check_disables_spyre_graphs_only():
 # whose calls the snapshot below is taken at (torch 2.13 file, function name).
 _PROBED = {
     ("lowering.py", "_make_reduction_inner"),   # argmax over a transposed tensor
-    ("ledger.py", "use_two_step_variance"),     # var (spyre's: torch's CPU branch)
+    ("inductor_as_cpu.py", "use_two_step_variance"),   # var (spyre's: torch's CPU branch)
     ("conv.py", "convolution"),                 # conv2d with a bias
     ("ir.py", "is_triton"),
     ("lowering.py", "div_prim"),                # division by a constant

@@ -1,5 +1,5 @@
 """Printing a spyre tensor (repr, str, print, f-strings): torch's formatter runs on one copy of
-the tensor on the host (torch_spyre/_patches.py, print_from_host_copy), so the text is CPU's
+the tensor on the host (torch_spyre/_patches/host_copy_printing.py), so the text is CPU's
 with spyre's device suffix, the device never computes for it and a card's rules hold
 (test/card_rules_suite.py prints every card dtype with TORCH_SPYRE_CARD_RULES=1)."""
 

@@ -1,6 +1,6 @@
 """Device layouts of spyre tensors (docs/tensors.md, "Device layouts"): which layout a tensor has,
 device_layout= on Tensor.to and the factories, and the torch.compile guard on layouts. The
-layout class and its rules are in layouts.py; _patches.py installs the wrappers below.
+layout class and its rules are in layouts.py; _patches/ installs the wrappers below.
 
 A layout asked for with device_layout= is recorded on the tensor's storage, so views and
 detached aliases share it, until the storage is resized; a tensor without one has the default

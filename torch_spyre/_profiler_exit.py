@@ -5,10 +5,10 @@ torch.spyre.synchronize()) *before* it disables the profiler: a device fault rai
 leave the profiler enabled and the trace unwritten. torch 2.13 gives a device module no way to
 tell that call from the program's own, so that __exit__ is wrapped to set a context flag while
 it runs (`stopping()`); synchronize() then waits without raising. The wrapper, its check against
-torch 2.13.0 and the upstream change that would retire it are torch_spyre/_patches.py's
-(`wrap_profiler_exit`): on another torch it is not installed and one RuntimeWarning names the
-torch version and the feature; a fault pending when a profile stops then raises from the
-profiler's __exit__, as any synchronize does.
+torch 2.13.0 and the upstream change that would retire it are in torch_spyre/_patches/
+(profiler_exit_flag.py's `wrap_profiler_exit`): on another torch it is not installed and one
+RuntimeWarning names the torch version and the feature; a fault pending when a profile stops
+then raises from the profiler's __exit__, as any synchronize does.
 """
 
 import contextvars

@@ -16,7 +16,7 @@ The host side of copies: a CPU operation that reads the pinned destination of a
 the host waited for the copy, is reported the same way. CPU operations are seen
 in C++ (csrc/launch/sanitizer_host.cpp); `Tensor.numpy()` and `Tensor.tolist()`
 read the memory without the dispatcher and are wrapped while the sanitizer is
-on (torch_spyre/_patches.py).
+on (torch_spyre/_patches/sanitizer_host_reads.py).
 """
 
 import os

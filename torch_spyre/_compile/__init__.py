@@ -2,7 +2,7 @@
 
 Nothing here is imported by ``import torch``: dynamo and inductor cost seconds
 to import. Each piece is registered once the torch module it registers with has
-loaded (torch_spyre/_patches.py's `when_imported`): dynamo's device interface
+loaded (torch_spyre/_patches/after_import.py's `when_imported`): dynamo's device interface
 with dynamo's device registry; inductor's backend (its code generators, its
 cache-key pass, CPU's choices and the patches they need) with inductor's
 compile_fx, before anything is compiled; reduce-overhead's graph policy with

@@ -8,9 +8,9 @@ lowering are registered here as spyre's entries of inductor's decomposition
 table and lowerings (register_lowering): each dispatches on the device, takes
 CPU's branch for spyre and calls torch's own entry for every other device. The
 choices made by module functions torch offers no registration for are
-torch_spyre/_patches.py's. Registered once, with inductor's spyre backend
-(torch_spyre/_compile/__init__.py), after _patches.py checked the torch
-functions these entries mirror.
+torch_spyre/_patches/inductor_as_cpu.py's. Registered once, with inductor's spyre
+backend (torch_spyre/_compile/__init__.py), after the patches' ledger checked the
+torch functions these entries mirror.
 """
 
 import torch
@@ -156,7 +156,7 @@ def _convolution_bias():
     # (a convolution without it, then a separate add); CPU passes it to the
     # convolution. The check reads ir.get_device_type(x) once, at the start,
     # so for a spyre convolution with a bias it answers as for CPU on this
-    # thread meanwhile (torch_spyre/_patches.py).
+    # thread meanwhile (torch_spyre/_patches/inductor_as_cpu.py).
     def convolution_lowering(original):
         def convolution(x, weight, bias, *args, **kwargs):
             if bias is not None and _on_spyre(x):

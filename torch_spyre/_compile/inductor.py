@@ -159,7 +159,7 @@ def register_backend():
 
 
 def register_disabled_backend(reason):
-    """A backend that refuses to compile, naming why (torch_spyre/_patches.py disabled
+    """A backend that refuses to compile, naming why (torch_spyre/_patches/ disabled
     torch.compile on spyre): code generation is never reached on a path the patches were
     not checked for."""
     message = reason
