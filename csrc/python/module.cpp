@@ -1,6 +1,7 @@
 // torch_spyre._C's entry point: registers what needs Python once and calls
 // the binding groups (python/bindings.h, one file each). The only translation
-// unit that includes torch/extension.h (it alone costs ~20 s to compile).
+// unit that includes torch/extension.h, the costliest header to compile: every
+// other unit includes only the headers it uses.
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>

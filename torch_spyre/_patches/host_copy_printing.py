@@ -11,14 +11,14 @@ def print_from_host_copy():
 
     Why: torch's formatter computes on the tensor's device: masked_select, abs, min, max, one
     ceil and one .item() per element (each a wait for the stream), and a cast to float64
-    (tensor_totype) that a card cannot hold: under TORCH_SPYRE_CARD_RULES=1,
-    print(torch.ones(2, device="spyre")) raised "spyre cannot allocate a tensor of dtype
-    torch.float64". torch itself formats xla, lazy, ipu and mtia tensors from a CPU copy
-    (_str_intern's device list). Changes: a spyre tensor's contents are formatted from one
-    copy to the host, with CPU's formatter (spyre's values are CPU's, so the text is what
-    the device would print); the device, dtype and grad_fn suffixes are still taken from
-    the spyre tensor (_str_intern). Retired by: a device-module hook (or a device list torch
-    lets a backend join) for formatting from a CPU copy.
+    (tensor_totype) that a card cannot hold: under TORCH_SPYRE_CARD_RULES=1 that cast raises
+    "spyre cannot allocate a tensor of dtype torch.float64". torch itself formats xla, lazy,
+    ipu and mtia tensors from a CPU copy (_str_intern's device list). Changes: a spyre
+    tensor's contents are formatted from one copy to the host, with CPU's formatter (spyre's
+    values are CPU's, so the text is what the device would print); the device, dtype and
+    grad_fn suffixes are still taken from the spyre tensor (_str_intern). Retired by: a
+    device-module hook (or a device list torch lets a backend join) for formatting from a
+    CPU copy.
     Returns whether the replacement is in place (False, with one warning, on another torch)."""
     from torch import _tensor_str
 

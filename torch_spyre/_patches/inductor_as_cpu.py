@@ -164,9 +164,9 @@ def apply_inductor_patches():
     # lowering._make_reduction_inner and ir.is_triton as lowering sees it. Why: an
     # argmax/argmin over several dims of a permuted or non-contiguous tensor must compute
     # logical indices; inductor does so for Triton and for "cpu" with the C++ backend only,
-    # so spyre got storage offsets (x.t().argmax() gave 25 for 5). Changes: for a spyre
-    # argmax/argmin, is_triton (the name that check consults) answers True for spyre nodes
-    # on this thread during that call; otherwise torch's answer. Retired by: the check
+    # so spyre would get storage offsets (x.t().argmax() would give 25 for 5). Changes: for a
+    # spyre argmax/argmin, is_triton (the name that check consults) answers True for spyre
+    # nodes on this thread during that call; otherwise torch's answer. Retired by: the check
     # asking the registered backend (BackendFeature) instead of the device type.
     original_reduction_inner = lowering._make_reduction_inner
     original_is_triton = lowering.is_triton

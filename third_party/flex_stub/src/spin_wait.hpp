@@ -2,8 +2,8 @@
 // "Waits").
 //
 // A round trip to an engine that has just run an op takes microseconds; a
-// futex sleep and a wake across cores costs 25-75 us on a VM whose idle vCPU
-// halts. So a waiter first polls its condition: with a CPU pause for the first
+// futex sleep and a wake across cores costs several times that where an idle
+// CPU halts. So a waiter first polls its condition: with a CPU pause for the first
 // 200 ns (kPausePhase: a thread on the other core answers within that), then with
 // sched_yield (a thread on the same core gets it), for at most its budget.
 // Only then does it park on its condition variable. The budget bounds the CPU
