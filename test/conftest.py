@@ -215,9 +215,11 @@ def _deadline(item):
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A test's deadline (its timeout marker, else pyproject.toml's) is for an idle machine:
-    pytest-timeout, which runs after this, gets it multiplied by the load factor."""
-    base = _deadline(item) or float(item.config.getini("timeout") or 0)
+    """A test's deadline (its timeout marker, else --timeout, else pyproject.toml's) is for an
+    idle machine: pytest-timeout, which runs after this, gets it multiplied by the load factor."""
+    option = item.config.getoption("timeout", None)
+    base = _deadline(item) or float(option if option is not None else
+                                    item.config.getini("timeout") or 0)
     if base:
         item.add_marker(pytest.mark.timeout(round(base * load_factor())), append=False)
     yield

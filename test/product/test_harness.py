@@ -1,4 +1,5 @@
-"""The test harness itself: a hang fails the run instead of stalling it (issue 32)."""
+"""The test harness itself: a hang fails the run instead of stalling it (issue 32), a quiet run
+prints a heartbeat line, and deadlines are idle-machine budgets times the load factor."""
 
 import os
 import re
@@ -8,7 +9,7 @@ import textwrap
 
 import pytest
 
-from _helpers import ROOT
+from _helpers import ROOT, wait_until
 from conftest import load_factor
 
 TESTS = str(ROOT / "test")  # conftest.py's folder
@@ -87,3 +88,17 @@ def test_the_heartbeat_is_off_at_zero(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120 * load_factor())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "tests done, running:" not in proc.stdout + proc.stderr
+
+
+def test_the_load_factor_is_the_load_per_core_from_1_to_4(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    for load, factor in ((0.5, 1.0), (2.5, 2.5), (100.0, 4.0)):
+        monkeypatch.setattr(os, "getloadavg", lambda: (load * cores, 0.0, 0.0))
+        assert load_factor() == factor
+
+
+def test_a_wait_budget_is_multiplied_by_the_load_factor(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.5 * cores, 0.0, 0.0))
+    with pytest.raises(pytest.fail.Exception, match=r"^timed out after 0\.025 s waiting for never$"):
+        wait_until(lambda: False, timeout=0.01, what="never")
