@@ -102,7 +102,8 @@ class _ForkServer:
         os.close(request_r)
         os.close(reply_w)
         self.replies = b""
-        self.ok = self._reply(time.monotonic() + 120) == "ready"  # False: the server failed
+        # False: the server failed
+        self.ok = self._reply(time.monotonic() + 120 * load_factor()) == "ready"
         self.started = self.ok
 
     def _reply(self, deadline):
@@ -130,7 +131,7 @@ class _ForkServer:
         err = os.path.join(self.dir, "stderr")
         request = json.dumps({"code": code, "env": env, "cwd": cwd, "stdout": out, "stderr": err})
         os.write(self.request_w, request.encode() + b"\n")
-        pid = self._reply(time.monotonic() + 60)
+        pid = self._reply(time.monotonic() + 60 * load_factor())
         if pid is None:
             self.ok = False
             return None
@@ -143,7 +144,7 @@ class _ForkServer:
                     kill()
                 except OSError:
                     pass
-            status = self._reply(time.monotonic() + 60)
+            status = self._reply(time.monotonic() + 60 * load_factor())
         if status is None:
             self.ok = False
             status = "-9"
