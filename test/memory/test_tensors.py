@@ -511,7 +511,7 @@ def stat(key):
     return torch.accelerator.memory_stats().get(key, 0)
 
 
-def test_memory_allocated_moves_by_exactly_the_tensor_size():
+def test_memory_allocated_moves_by_exactly_the_tensor_size(empty_device):
     torch.accelerator.empty_cache()
     base = torch.accelerator.memory_allocated()
     reserved = torch.accelerator.memory_reserved()
