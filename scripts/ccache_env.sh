@@ -1,8 +1,8 @@
 # Sourced by the Quick-start scripts: ccache, where installed, keeps compiled
 # objects across clean builds and copies of the checkout (paths under this folder
 # are hashed relative to it). The test command exports it too, so the builds the
-# suite runs (the wheel, the fresh-machine Quick start, the sanitizer stress
-# builds) reuse the objects of earlier runs.
+# suite runs (the fresh clone of the Quick-start and wheel tests, the sanitizer
+# stress builds) reuse the objects of earlier runs.
 if [ -d /usr/lib/ccache ] && command -v ccache >/dev/null; then
     case ":$PATH:" in *:/usr/lib/ccache:*) ;; *) PATH="/usr/lib/ccache:$PATH" ;; esac
     export PATH

@@ -72,7 +72,7 @@ PY="$VENV/bin/python"
 # --no-build-isolation. Installed again only when this list changes.
 # transformers and accelerate (pinned) are for the tests that run third-party code on spyre
 # (its models; its Trainer); aiu-trace-analyzer (pinned; needs numpy and pandas, no torch)
-# for the checks of profiles with IBM's trace analyzer (test/test_trace_analyzer.py skips
+# for the checks of profiles with IBM's trace analyzer (test/tools/test_trace_analyzer.py skips
 # without it).
 REQUIREMENTS=("torch==$TORCH" numpy "setuptools>=64" wheel ninja "pytest>=8" pytest-timeout "pytest-xdist>=3.5" expecttest matplotlib
               "transformers==4.57.1" "accelerate==1.15.0" "aiu-trace-analyzer==1.3.0")

@@ -1,5 +1,5 @@
 """Helpers shared by the test files (fixtures are in conftest.py): deadlines for
-waits, and torchrun jobs."""
+waits, torchrun jobs, and C++ libraries built by a test."""
 
 import json
 import os
@@ -12,26 +12,29 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEVICE_ENV
+from conftest import DEVICE_ENV, LOAD_FACTOR_CAP, load_factor
 
 
 def wait_until(condition, timeout=30, what=None, interval=0.001):
     """Poll `condition()` until it is true; fail the test naming `what` if `timeout`
-    seconds pass first. Waits for an observable state, never for time."""
+    seconds (on an idle machine: times the load factor) pass first. Waits for an observable
+    state, never for time."""
+    timeout *= load_factor()
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what or condition}")
         time.sleep(interval)
 
 
-# Source of wait_until for code run by run_python (raises AssertionError).
-WAIT_UNTIL = '''
+# Source of wait_until for code run by run_python (raises AssertionError; the same load factor).
+WAIT_UNTIL = f'''
 def wait_until(condition, timeout=30, what=None, interval=0.001):
-    import time as _time
+    import os as _os, time as _time
+    timeout *= min({LOAD_FACTOR_CAP}, max(1.0, _os.getloadavg()[0] / len(_os.sched_getaffinity(0))))
     deadline = _time.monotonic() + timeout
     while not condition():
-        assert _time.monotonic() <= deadline, f"timed out after {timeout} s waiting for {what or condition}"
+        assert _time.monotonic() <= deadline, f"timed out after {{timeout:g}} s waiting for {{what or condition}}"
         _time.sleep(interval)
 '''
 
@@ -43,7 +46,9 @@ NPROC = 2
 
 
 def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=("--standalone",)):
-    """Run `script` under torchrun with NPROC ranks (cwd and OUT_DIR: tmp_path)."""
+    """Run `script` under torchrun with NPROC ranks (cwd and OUT_DIR: tmp_path); `timeout` is
+    for an idle machine (times the load factor)."""
+    timeout *= load_factor()
     path = tmp_path / "worker.py"
     path.write_text(textwrap.dedent(script))
     full_env = {k: v for k, v in os.environ.items() if k not in DEVICE_ENV}
@@ -59,7 +64,7 @@ def torchrun(tmp_path, script, env=None, check=True, timeout=120, launcher_args=
         os.killpg(proc.pid, signal.SIGKILL)
         kill_workers(path)  # before reading: a live worker holds the pipes open
         stdout, stderr = proc.communicate()
-        pytest.fail(f"torchrun timed out after {timeout} s\n"
+        pytest.fail(f"torchrun timed out after {timeout:.0f} s\n"
                     f"--- stdout\n{stdout}\n--- stderr\n{stderr}")
     result = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     if check and result.returncode != 0:
@@ -108,3 +113,16 @@ def save():
 """
 
 
+
+
+# ---------------------------------------------------------------- C++ built by a test
+
+
+def build_shared_library(tmp_path, name, source, *flags):
+    """Compile `source` (C++) into tmp_path/<name>.so with `flags`; returns its path."""
+    src = tmp_path / f"{name}.cpp"
+    src.write_text(textwrap.dedent(source))
+    out = tmp_path / f"{name}.so"
+    subprocess.run(["c++", "-shared", "-fPIC", "-O1", "-std=c++17", str(src), "-o", str(out), *flags],
+                   check=True, timeout=300)
+    return out

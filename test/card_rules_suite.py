@@ -1,4 +1,4 @@
-"""The card-rules tier: run with TORCH_SPYRE_CARD_RULES=1 (test/test_card_rules.py runs this
+"""The card-rules tier: run with TORCH_SPYRE_CARD_RULES=1 (test/memory/test_card_rules.py runs this
 file so in a subprocess; by hand:
 TORCH_SPYRE_CARD_RULES=1 python -m pytest test/card_rules_suite.py).
 The file name does not match test_*.py, so the ordinary run, where the switch is off, does not
@@ -24,7 +24,7 @@ import pytest
 import torch
 from torch.testing._internal.common_utils import set_warn_always_context
 
-from test_printing import wide_lines, with_device
+from _printing import wide_lines, with_device
 
 if os.environ.get("TORCH_SPYRE_CARD_RULES") != "1":
     pytest.skip("the card-rules tier runs with TORCH_SPYRE_CARD_RULES=1", allow_module_level=True)

@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+import _heartbeat
+
 # Variables that change device enumeration, binding or thread placement; cleared for subprocesses
 # so each test states exactly what it sets.
 DEVICE_ENV = (
@@ -46,6 +48,8 @@ RUNTIME_ENV = frozenset(DEVICE_ENV) - {
     "TORCH_DEVICE_BACKEND_AUTOLOAD", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY",  # act at import
 } | {
     "TORCH_SPYRE_NUM_HOST_COMPUTE_STREAMS",
+    "FLEX_STUB_TIMING",  # the card time model: read when the stub's context is created
+    "FLEX_STUB_CARD_HOST_PREP_US",
     "SPYRECCL_STAGING",
     "SPYRECCL_CHECK",
     "PYTEST_CURRENT_TEST",
@@ -53,6 +57,19 @@ RUNTIME_ENV = frozenset(DEVICE_ENV) - {
     "TORCHINDUCTOR_CACHE_DIR",
     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
 }
+
+
+# Deadlines are budgets for an idle machine, multiplied by the load factor when they start: a
+# test's (pytest-timeout's, and its teardown's), a subprocess's (run_python, torchrun) and a
+# wait's (wait_until). The suite shares its machine (CI, other builds, its own xdist workers).
+LOAD_FACTOR_CAP = 4.0
+
+
+def load_factor():
+    """How much slower than idle the machine runs now: the 1-minute load average per core the
+    process may use, at least 1, at most LOAD_FACTOR_CAP."""
+    cores = len(os.sched_getaffinity(0))
+    return min(LOAD_FACTOR_CAP, max(1.0, os.getloadavg()[0] / cores))
 
 
 def _child_env(env):
@@ -85,7 +102,8 @@ class _ForkServer:
         os.close(request_r)
         os.close(reply_w)
         self.replies = b""
-        self.ok = self._reply(time.monotonic() + 120) == "ready"  # False: the server failed
+        # False: the server failed
+        self.ok = self._reply(time.monotonic() + 120 * load_factor()) == "ready"
         self.started = self.ok
 
     def _reply(self, deadline):
@@ -113,7 +131,7 @@ class _ForkServer:
         err = os.path.join(self.dir, "stderr")
         request = json.dumps({"code": code, "env": env, "cwd": cwd, "stdout": out, "stderr": err})
         os.write(self.request_w, request.encode() + b"\n")
-        pid = self._reply(time.monotonic() + 60)
+        pid = self._reply(time.monotonic() + 60 * load_factor())
         if pid is None:
             self.ok = False
             return None
@@ -126,7 +144,7 @@ class _ForkServer:
                     kill()
                 except OSError:
                     pass
-            status = self._reply(time.monotonic() + 60)
+            status = self._reply(time.monotonic() + 60 * load_factor())
         if status is None:
             self.ok = False
             status = "-9"
@@ -196,6 +214,18 @@ def _deadline(item):
     return marker.args[0] if marker is not None and marker.args else 0
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test's deadline (its timeout marker, else --timeout, else pyproject.toml's) is for an
+    idle machine: pytest-timeout, which runs after this, gets it multiplied by the load factor."""
+    option = item.config.getoption("timeout", None)
+    base = _deadline(item) or float(option if option is not None else
+                                    item.config.getini("timeout") or 0)
+    if base:
+        item.add_marker(pytest.mark.timeout(round(base * load_factor())), append=False)
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist's worksteal scheduling (the README's test command) each worker first
     gets one contiguous share of the collection, in order. The files with tests that run for
@@ -255,6 +285,7 @@ _terminal = None
 def pytest_configure(config):
     global _terminal
     _terminal = config.pluginmanager.get_plugin("terminalreporter")
+    _heartbeat.register(config)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -269,9 +300,11 @@ def run_python(code, env=None, timeout=120, check=True, fresh=False):
     The process is a fork of an interpreter that has imported torch but not started the
     runtime, or with fresh=True (or an environment that acts at import) a fresh interpreter.
     Returns a CompletedProcess with stdout and stderr; with check=True a non-zero exit fails the
-    test showing both; a timeout kills it (and what it started) and fails the test showing both.
+    test showing both; a timeout (for an idle machine: multiplied by load_factor()) kills it (and
+    what it started) and fails the test showing both.
     """
     code = textwrap.dedent(code)
+    timeout *= load_factor()
     full_env = _child_env(env)
     args = [sys.executable, "-c", code]
     with tempfile.TemporaryDirectory() as cwd:
@@ -298,7 +331,7 @@ def run_python(code, env=None, timeout=120, check=True, fresh=False):
                 result = None, decode(e.stdout), decode(e.stderr), True
     returncode, stdout, stderr, timed_out = result
     if timed_out:
-        _fail_with_output(f"subprocess timed out after {timeout} s", stdout, stderr)
+        _fail_with_output(f"subprocess timed out after {timeout:.0f} s", stdout, stderr)
     if check and returncode != 0:
         _fail_with_output(f"subprocess exited {returncode}", stdout, stderr)
     return subprocess.CompletedProcess(args, returncode, stdout, stderr)
@@ -307,15 +340,21 @@ def run_python(code, env=None, timeout=120, check=True, fresh=False):
 # pytest-timeout stops a test's timer once the test has failed (its pytest_exception_interact
 # hook), so a teardown that waits for a stream the failed test left behind a closed gate would
 # hang the run. Teardowns get a deadline of their own: past it, every thread's stack is shown
-# and the run ends (exit code 1) instead of stalling.
-TEARDOWN_DEADLINE = float(os.environ.get("SPYRE_TEST_TEARDOWN_DEADLINE", "120"))
+# and the run ends (exit code 1) instead of stalling. 120 s on an idle machine, times the load
+# factor; SPYRE_TEST_TEARDOWN_DEADLINE sets it exactly.
+TEARDOWN_DEADLINE = 120
 
 
-def _teardown_hung(item):
+def _teardown_deadline():
+    exact = os.environ.get("SPYRE_TEST_TEARDOWN_DEADLINE")
+    return float(exact) if exact else TEARDOWN_DEADLINE * load_factor()
+
+
+def _teardown_hung(item, seconds):
     capture = item.config.pluginmanager.getplugin("capturemanager")
     if capture is not None:
         capture.suspend_global_capture(in_=True)
-    sys.stderr.write(f"\n+++ teardown of {item.nodeid} still running after {TEARDOWN_DEADLINE} s "
+    sys.stderr.write(f"\n+++ teardown of {item.nodeid} still running after {seconds:.1f} s "
                      "(a wait for work a failed test left blocked?): ending the run +++\n")
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stderr.flush()
@@ -324,7 +363,8 @@ def _teardown_hung(item):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item):
-    deadline = threading.Timer(TEARDOWN_DEADLINE, _teardown_hung, args=(item,))
+    seconds = _teardown_deadline()
+    deadline = threading.Timer(seconds, _teardown_hung, args=(item, seconds))
     deadline.daemon = True
     deadline.start()
     try:
