@@ -9,8 +9,8 @@ second command in the clone; product/test_install.py builds its wheel from the c
 in-tree build finds the clone's objects up to date and only links).
 
 pytest-xdist's workers share the clone through a lock (one test in it at a time); it is kept in
-build/fresh-clone/<the run's id>/ (under the checkout: the ccache base folder) until the next run
-makes its own.
+build/fresh-clone/<the run's id>/ until the next run makes its own; with ccache, its build reuses
+the checkout's objects.
 """
 
 import contextlib
@@ -88,8 +88,10 @@ def _make(here, progress):
     python3.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
     python3.chmod(python3.stat().st_mode | stat.S_IXUSR)
     # Nothing activated, nothing of this checkout's on the import path.
+    # CCACHE_BASEDIR too: the clone's scripts make the clone ccache's base folder, so its
+    # files hash as the checkout's do (relative paths) and its build reuses their objects.
     dropped = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX", "QUICKSTART_START",
-               *DEVICE_ENV}
+               "CCACHE_BASEDIR", *DEVICE_ENV}
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PATH"] = fresh_machine_path(bin_dir)
     env.setdefault("MAX_JOBS", "2")
