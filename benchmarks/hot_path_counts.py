@@ -3,7 +3,8 @@
     python benchmarks/hot_path_counts.py            # the table, spyre beside CPU eager
     python benchmarks/hot_path_counts.py --json     # the same as JSON (the test reads it)
 
-Per `y = x + 1` (1 024 float32; spyre's on a side stream), over N ops after a
+Per `y = x + 1` (1 024 float32; spyre's on a side stream, queued behind a
+gate in chunks so that no count depends on timing), over N ops after a
 warm-up: allocations, lock acquisitions, futex and condition waits, and GIL
 acquisitions, on the calling (host) thread and on every other thread (the
 stub's engines), divided by N. Counted by an LD_PRELOAD library
@@ -35,39 +36,73 @@ def build(directory):
     return out
 
 
-def measure(n, warmup):
-    """{device: {side: {kind: per-op count}}}, in this (preloaded) process."""
+def measure(n, warmup, chunk=256):
+    """{device: {side: {kind: per-op count}}}, in this (preloaded) process.
+
+    Spyre's ops are queued behind a gate in chunks of `chunk`, then released
+    and waited for: the stream is never idle while the host launches (an idle
+    stream's first launch also wakes the scheduler), and each op reuses one
+    that a previous chunk ran. Host counts cover the launches only; engine
+    counts the whole chunk (the engine's gate wait too, divided among its ops).
+    """
     import torch
     import torch_spyre  # noqa: F401
+    from torch_spyre.testing import Gate
 
     lib = ctypes.CDLL(os.environ[ENV_FLAG])
     assert lib.hpc_kinds() == len(KINDS), "the counter library and this script disagree"
-    out = (ctypes.c_long * (len(KINDS) * len(SIDES)))()
+    width = len(KINDS) * len(SIDES)
 
-    def loop(x, count):
-        for _ in range(count):
-            x + 1
-
-    def counted(x, sync):
-        loop(x, warmup)
-        sync()
-        lib.hpc_reset()
-        lib.hpc_enable(1)
-        loop(x, n)
-        sync()
-        lib.hpc_enable(0)
+    def read():
+        out = (ctypes.c_long * width)()
         lib.hpc_read(out)
+        return list(out)
+
+    def per_op(host, engine, count):
         return {
-            side: {kind: out[s * len(KINDS) + k] / n for k, kind in enumerate(KINDS)}
-            for s, side in enumerate(SIDES)
+            "host": {kind: host[k] / count for k, kind in enumerate(KINDS)},
+            "engine": {kind: engine[len(KINDS) + k] / count for k, kind in enumerate(KINDS)},
         }
+
+    def spyre_chunks(x, stream, total):
+        host, engine = [0] * width, [0] * width
+        for _ in range(total // chunk):
+            gate = Gate()
+            gate.block(stream)
+            start = read()
+            for _ in range(chunk):
+                x + 1
+            launched = read()
+            gate.release()
+            stream.synchronize()
+            done = read()
+            host = [h + b - a for h, a, b in zip(host, start, launched)]
+            engine = [e + c - a for e, a, c in zip(engine, start, done)]
+        return host, engine
 
     results = {}
     stream = torch.spyre.Stream()
     with torch.spyre.stream(stream):
         x = torch.randn(1024, device="spyre")
-        results["spyre"] = counted(x, stream.synchronize)
-    results["cpu"] = counted(torch.randn(1024), lambda: None)
+        spyre_chunks(x, stream, warmup)
+        lib.hpc_reset()
+        lib.hpc_enable(1)
+        host, engine = spyre_chunks(x, stream, n)
+        lib.hpc_enable(0)
+        results["spyre"] = per_op(host, engine, n // chunk * chunk)
+
+    x = torch.randn(1024)
+    for _ in range(warmup):
+        x + 1
+    lib.hpc_reset()
+    lib.hpc_enable(1)
+    start = read()
+    for _ in range(n):
+        x + 1
+    done = read()
+    lib.hpc_enable(0)
+    delta = [b - a for a, b in zip(start, done)]
+    results["cpu"] = per_op(delta, delta, n)
     return results
 
 
