@@ -14,6 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import hot_path_counts  # noqa: E402
+from _helpers import WAIT_UNTIL  # noqa: E402
+from conftest import run_python  # noqa: E402
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -73,3 +75,34 @@ def test_the_counter_sees_each_kind_it_counts(counts):
     assert counts["cpu"]["host"]["gil"] >= 1
     assert counts["cpu"]["host"]["locks"] >= 1
     assert counts["cpu"]["engine"]["mallocs"] <= SLACK  # no other thread works for CPU eager
+
+
+def test_ops_a_failed_stream_drops_unrun_go_back_to_the_host():
+    # A pooled op is given back by its closure once it ran, or by the stub's
+    # on_discard when its stream fails first: none is lost (test_compute.py's
+    # freed-by-the-host test counts those that ran).
+    proc = run_python(WAIT_UNTIL + """
+import torch, torch_spyre
+from torch_spyre.testing import Gate, inject_fault
+retired = torch_spyre._C._retired_work
+s = torch.spyre.Stream()
+with s:
+    y = torch.zeros(16, device="spyre")
+    y + 1  # the plan's first call, run at the call
+s.synchronize()
+gate = Gate()
+with s:
+    gate.block()
+    wait_until(lambda: gate.blocked_streams == 1, what="the stream at the gate")
+    inject_fault(s, "injected: the ops behind it are dropped")
+    for _ in range(5):
+        y + 1  # the first launch gives back what ran before
+    assert retired() == 0, retired()
+gate.release()
+try:
+    s.synchronize()
+except RuntimeError as e:
+    print(e)
+print(retired())
+""")
+    assert proc.stdout.splitlines() == ["injected: the ops behind it are dropped", "5"], proc.stdout
