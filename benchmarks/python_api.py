@@ -18,6 +18,10 @@ ROWS = {
     "python.spyre_stream": (
         "torch.spyre.Stream()", "torch.Stream(device='spyre')", "torch.Stream",
         at_most(6), (100_000, 2_000)),
+    # Issue 52: waiting for a stream with nothing queued costs what asking it does.
+    "python.idle_stream_sync": (
+        "idle_stream.synchronize()", "idle_stream.query()", "query()", at_most(1.3),
+        (100_000, 2_000)),
     "copy.h2d_64mib": (
         "host.to('spyre'); torch.spyre.synchronize()", "host.clone()", "cpu clone()",
         at_most(2), (5, 1)),
@@ -32,6 +36,7 @@ def rows(quick, repeats, selected):
     namespace = {
         "torch": torch,
         "spyre_stream": torch.Stream(device="spyre"),  # not current: `with` switches
+        "idle_stream": torch.spyre.Stream(),
         "cpu_stream": torch.Stream(device="cpu"),
         "host": host,
         "device": device,

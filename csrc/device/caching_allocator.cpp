@@ -235,6 +235,9 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
     updateStat(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
   }
   block->allocated = true;
+  for (uint64_t& bits : block->recorded_bits) {
+    std::atomic_ref<uint64_t>(bits).store(0, std::memory_order_relaxed);
+  }
   block->requested_size = requested;
   updateStat(stats_.allocation, block->small, 1);
   updateStat(stats_.allocated_bytes, block->small, static_cast<int64_t>(block->size));
@@ -306,6 +309,10 @@ void DeviceCachingAllocator::recordStream(DeviceBlock* block, c10::StreamId stre
   handleLocked(stream, block->device);  // free() reads it and must not resolve
   auto& uses = block->stream_uses;
   if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+  if (stream >= 0 && stream < 128) {
+    std::atomic_ref<uint64_t>(block->recorded_bits[static_cast<size_t>(stream) / 64])
+        .fetch_or(uint64_t{1} << (static_cast<size_t>(stream) % 64), std::memory_order_relaxed);
+  }
 }
 
 void DeviceCachingAllocator::insertEventsLocked(DeviceBlock* block) {

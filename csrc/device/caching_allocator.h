@@ -33,6 +33,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <deque>
 #include <map>
@@ -74,6 +75,17 @@ struct DeviceBlock {
   size_t requested_size = 0;  // what the caller asked for, before rounding
   int event_count = 0;        // events recorded at free time, not yet completed
   std::vector<c10::StreamId> stream_uses;  // recorded streams other than `stream`
+  // The ids below 128 among stream_uses, one bit each, set under the lock and
+  // read without it (recordedOn()): a block recorded on a stream once needs
+  // no lock to be recorded on it again. Cleared when the block is handed out.
+  std::array<uint64_t, 2> recorded_bits{};
+  bool recordedOn(c10::StreamId id) const {
+    if (id < 0 || id >= 128) return false;
+    return (std::atomic_ref<const uint64_t>(recorded_bits[static_cast<size_t>(id) / 64])
+                .load(std::memory_order_relaxed) >>
+            (static_cast<size_t>(id) % 64)) &
+           1U;
+  }
   DeviceBlock* prev = nullptr;  // neighbours in the segment
   DeviceBlock* next = nullptr;
   DeviceSegment* segment = nullptr;

@@ -139,9 +139,10 @@ void recordStream(const c10::DataPtr& data_ptr, const SpyreStream& stream) {
     return;
   }
   auto* block = static_cast<DeviceBlock*>(data_ptr.get_context());
-  // An allocated block's stream never changes: the common case (work on the
-  // allocation stream) needs no lock.
-  if (block->stream == stream.id()) {
+  // An allocated block's stream never changes, and its recorded streams stay
+  // recorded until it is freed: work on the allocation stream, or on a stream
+  // already recorded, needs no lock (the common cases).
+  if (block->stream == stream.id() || block->recordedOn(stream.id())) {
     return;
   }
   cachingAllocator().recordStream(block, stream.id());

@@ -40,6 +40,16 @@ namespace spyre {
 // The boxed fallback for every op without a spyre kernel.
 void launchOp(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// launchOp for a stack whose tensors are borrowed, not counted
+// (c10::MaybeOwnedTraits<at::Tensor>::createBorrow of the caller's
+// arguments): the unboxed kernels of the hottest ops (launch/hot_ops.cpp). A
+// tensor Python owns takes the GIL when a second C++ reference to it is made
+// or dropped (c10's PyObjectSlot); borrowing makes none. The stack's borrowed
+// tensors are released uncounted (or counted for the synchronous path); an
+// in-place op's return (an argument) comes back as None: the caller returns
+// its own reference.
+void launchOpBorrowed(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // launchOp, computing with `compute_op` (same arguments and returns) for shape
 // inference and on the CPU: ops such as convolution_overrideable, whose CPU
 // counterpart has another name.

@@ -193,6 +193,35 @@ std::string dtypeSignature(const Stack& args) {
   return signature;
 }
 
+// The arithmetic ops whose CPU kernel (TensorIterator) converts a CPU scalar
+// operand to the common dtype, which is their result's dtype, with a copy at
+// every call: the launch converts a Python number once, as that copy would
+// (static_cast). Not for half and bfloat16 results: their kernels read the
+// scalar's original value at a higher precision (original_scalar_value).
+c10::ScalarType scalarTargetOf(const c10::OperatorHandle& op,
+                               const c10::SmallVector<OutputSpec, 1>& outputs) {
+  static const std::set<std::string> converting = {
+      "aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor",
+      "aten::mul.Tensor", "aten::mul_.Tensor", "aten::div.Tensor", "aten::div_.Tensor"};
+  if (outputs.size() != 1 || outputs[0].list || outputs[0].layouts.size() != 1) {
+    return c10::ScalarType::Undefined;
+  }
+  if (!converting.count(c10::toString(op.operator_name()))) return c10::ScalarType::Undefined;
+  const c10::ScalarType dtype = outputs[0].layouts[0].dtype;
+  switch (dtype) {
+    case c10::ScalarType::Float:
+    case c10::ScalarType::Double:
+    case c10::ScalarType::Long:
+    case c10::ScalarType::Int:
+    case c10::ScalarType::Short:
+    case c10::ScalarType::Char:
+    case c10::ScalarType::Byte:
+      return dtype;
+    default:
+      return c10::ScalarType::Undefined;
+  }
+}
+
 // Meta inference: what the outputs are, which kernel computes them. A plan
 // that cannot be made (no meta kernel, an error, results that are not
 // tensors) is synchronous: the CPU kernel then runs at the call and raises
@@ -293,6 +322,7 @@ std::shared_ptr<Plan> buildPlan(const c10::OperatorHandle& op, const Stack& args
   }
   plan->functional_op = op;
   plan->contracts = contracts(schema);
+  plan->scalar_to = scalarTargetOf(op, plan->outputs);
   std::string dtypes = dtypeSignature(args);
   for (const OutputSpec& spec : plan->outputs) {
     for (const Layout& l : spec.layouts) dtypes += "|o" + std::string(c10::toString(l.dtype));
@@ -435,6 +465,7 @@ std::shared_ptr<Plan> templatePlan(PlanCache& cache, const c10::OperatorHandle& 
     --cache.counts.meta_runs;
     ++cache.counts.from_template;
     auto plan = std::make_shared<Plan>(*it->second);
+    plan->may_fork_team = -1;  // another shape
     const c10::DimVector sizes = ruleSizes(rule, op.schema(), args, shape);
     const c10::DimVector strides = c10::contiguous_strides(sizes);
     for (OutputSpec& spec : plan->outputs) {

@@ -64,6 +64,13 @@ struct Plan {
   std::shared_ptr<const std::string> dtypes;     // its tensors' dtypes
   std::shared_ptr<const std::string> signature;  // cpu_op and dtypes (verified once)
   bool verified = false;
+  // The dtype a Python number argument (a wrapped 0-dim CPU tensor) is given
+  // at the launch, for the ops whose CPU kernel would convert it to that
+  // dtype itself at every call (scalarTargetOf()); Undefined: as it came.
+  c10::ScalarType scalar_to = c10::ScalarType::Undefined;
+  // Whether the kernel may fork its engine's team (QueuedOp::mayForkTeam()):
+  // a function of the shapes, so found at the plan's first launch. -1: not yet.
+  int8_t may_fork_team = -1;
   std::vector<c10::Warning> warnings;  // what the meta kernel warned: CPU warns on every call
 };
 

@@ -20,10 +20,34 @@
 
 namespace spyre::launch {
 
-c10::IValue QueuedOp::aliasOf(const Slot& slot) {
+namespace {
+// The running thread's CPU aliases, in the order run() asks for them.
+struct AliasCache {
+  c10::SmallVector<at::Tensor, 8> aliases;
+  size_t next = 0;
+};
+thread_local AliasCache t_aliases;
+
+// The alias of `ref` for this run: the thread's cached one re-pointed when
+// nothing else holds it, else a new one (kept for the next run).
+at::Tensor aliasFor(const TensorRef& ref, bool fresh) {
+  if (fresh) return ref.cpuAlias();
+  AliasCache& cache = t_aliases;
+  const size_t k = cache.next++;
+  if (k < cache.aliases.size()) {
+    at::Tensor& cached = cache.aliases[k];
+    if (cached.use_count() != 1 || !ref.repoint(cached)) cached = ref.cpuAlias();
+    return cached;
+  }
+  cache.aliases.push_back(ref.cpuAlias());
+  return cache.aliases.back();
+}
+}  // namespace
+
+c10::IValue QueuedOp::aliasOf(const Slot& slot, bool fresh) {
   switch (slot.kind) {
     case Slot::Kind::Tensor:
-      return slot.refs[0] ? slot.refs[0]->cpuAlias() : at::Tensor();
+      return slot.refs[0] ? aliasFor(*slot.refs[0], fresh) : at::Tensor();
     case Slot::Kind::TensorList: {
       c10::List<at::Tensor> list;
       for (const auto& ref : slot.refs) list.push_back(ref->cpuAlias());
@@ -40,8 +64,8 @@ c10::IValue QueuedOp::aliasOf(const Slot& slot) {
   return {};
 }
 
-c10::IValue QueuedOp::outputAlias(size_t k) const {
-  if (!output_is_list[k]) return outputs[k][0].cpuAlias();
+c10::IValue QueuedOp::outputAlias(size_t k, bool fresh) {
+  if (!output_is_list[k]) return aliasFor(outputs[k][0], fresh);
   c10::List<at::Tensor> list;
   for (const TensorRef& ref : outputs[k]) list.push_back(ref.cpuAlias());
   return list;
@@ -79,8 +103,8 @@ QueuedOp::Scratch QueuedOp::runOnScratch(std::vector<c10::Warning>& warnings) co
   if (total > kMaxScratchBytes) return Scratch::Failed;
   // The scratch run checks the kernel; nobody reads what it computes. One thread:
   // a parallel kernel would wake this thread's OpenMP team, whose threads then
-  // wait for cores the engines running other streams' work hold (a first op
-  // queued behind a busy stream took 100+ ms a call for it).
+  // wait for cores the engines running other streams' work hold, so a first op
+  // would wait for other streams' work (docs/performance.md, issue 52).
   const int threads = omp_get_max_threads();
   copy.num_threads = 1;
   struct RestoreThreads {
@@ -101,9 +125,9 @@ QueuedOp::Scratch QueuedOp::runOnScratch(std::vector<c10::Warning>& warnings) co
 void QueuedOp::prepareReplay() {
   replayable = true;
   replay_stack = args;
-  for (const Slot& slot : slots) replay_stack[slot.index] = aliasOf(slot);
+  for (const Slot& slot : slots) replay_stack[slot.index] = aliasOf(slot, /*fresh=*/true);
   for (size_t k = 0; k < outputs.size(); ++k) {
-    replay_outputs.push_back(outputs[k].empty() ? c10::IValue() : outputAlias(k));
+    replay_outputs.push_back(outputs[k].empty() ? c10::IValue() : outputAlias(k, /*fresh=*/true));
     if (out_variant) replay_stack.push_back(replay_outputs.back());
   }
 }
@@ -161,7 +185,8 @@ bool QueuedOp::mayForkTeam() const {
 
 void QueuedOp::run() {
   CpuKernelScope scope(num_threads, on_engine ? KernelSide::Engine : KernelSide::Host,
-                       on_engine && mayForkTeam());
+                       on_engine && may_fork_team);
+  t_aliases.next = 0;
   at::DisableRecordFunctionGuard no_profiling;  // profiler callbacks may be Python
   // On an engine nobody hears a warning: the host repeats those of the
   // first (scratch) run at every call instead.
@@ -184,6 +209,8 @@ void QueuedOp::run() {
       }
     }
   }
+  // The outputs' aliases of a functional op, which its results are copied into.
+  c10::SmallVector<at::Tensor, 1> out_aliases;
   if (replayable) {
     stack.assign(replay_stack.begin(), replay_stack.end());
   } else {
@@ -191,6 +218,11 @@ void QueuedOp::run() {
     for (const Slot& slot : slots) stack[slot.index] = aliasOf(slot);
     if (out_variant) {
       for (size_t k = 0; k < outputs.size(); ++k) stack.push_back(outputAlias(k));
+    } else if (copy_results) {
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        const bool single = !outputs[k].empty() && !output_is_list[k];
+        out_aliases.push_back(single ? aliasFor(outputs[k][0], false) : at::Tensor());
+      }
     }
   }
   if (replayable) {
@@ -218,7 +250,7 @@ void QueuedOp::run() {
       } else if (replayable) {
         copyResult(outputs[k][0], stack[k].toTensor(), replay_outputs[k].toTensor());
       } else {
-        copyResult(outputs[k][0], stack[k].toTensor());
+        copyResult(outputs[k][0], stack[k].toTensor(), out_aliases[k]);
       }
     }
   }
@@ -231,16 +263,63 @@ void QueuedOp::run() {
 namespace {
 std::atomic<QueuedOp*> g_retired{nullptr};
 std::atomic<int64_t> g_retired_count{0};
+
+// The calling host thread's cleared ops; freed with the thread.
+struct OpPool {
+  std::vector<QueuedOp*> free;
+  int64_t made = 0;
+  ~OpPool() {
+    for (QueuedOp* op : free) delete op;
+  }
+};
+OpPool& threadOpPool() {
+  thread_local OpPool pool;
+  return pool;
+}
+
+// Back to a fresh op's state, keeping the capacity of its vectors and its
+// aliases (whose memory the next run re-points).
+void clearForReuse(QueuedOp& op) {
+  op.args.clear();
+  op.slots.clear();
+  op.outputs.clear();
+  op.output_is_list.clear();
+  op.out_variant = op.copy_results = op.on_engine = op.contracts = false;
+  op.replayable = op.result_mismatch = false;
+  op.may_fork_team = true;
+  op.num_threads = 0;
+  op.next_retired = nullptr;
+}
+
+void recycle(QueuedOp* op) {
+  OpPool& pool = threadOpPool();
+  if (pool.free.size() >= kMaxPooledOps) {
+    delete op;
+    return;
+  }
+  clearForReuse(*op);
+  pool.free.push_back(op);
+}
 }  // namespace
 
-void retireToHost(std::shared_ptr<QueuedOp>&& work) {
-  QueuedOp* raw = work.get();
-  raw->retired_self = std::move(work);
+QueuedOp* acquireQueuedOp(const c10::OperatorHandle& cpu_op) {
+  OpPool& pool = threadOpPool();
+  if (pool.free.empty()) {
+    ++pool.made;
+    return new QueuedOp(cpu_op);
+  }
+  QueuedOp* op = pool.free.back();
+  pool.free.pop_back();
+  op->cpu_op = cpu_op;
+  return op;
+}
+
+void retireToHost(QueuedOp* work) {
   g_retired_count.fetch_add(1, std::memory_order_relaxed);
   QueuedOp* head = g_retired.load(std::memory_order_relaxed);
   do {
-    raw->next_retired = head;
-  } while (!g_retired.compare_exchange_weak(head, raw, std::memory_order_release,
+    work->next_retired = head;
+  } while (!g_retired.compare_exchange_weak(head, work, std::memory_order_release,
                                             std::memory_order_relaxed));
 }
 
@@ -249,13 +328,20 @@ void freeRetiredWork() {
   QueuedOp* work = g_retired.exchange(nullptr, std::memory_order_acquire);
   while (work != nullptr) {
     QueuedOp* next = work->next_retired;
-    const std::shared_ptr<QueuedOp> last = std::move(work->retired_self);  // freed here
+    recycle(work);
     g_retired_count.fetch_sub(1, std::memory_order_relaxed);
     work = next;
   }
 }
 
+std::function<void()> ownedByGraph(QueuedOp* work) {
+  std::shared_ptr<QueuedOp> owner(work, [](QueuedOp* op) { delete op; });
+  return [owner = std::move(owner)] { owner->run(); };
+}
+
 int64_t retiredWorkCount() { return g_retired_count.load(std::memory_order_relaxed); }
+
+int64_t queuedOpsMade() { return threadOpPool().made; }
 
 void addSlot(QueuedOp& work, int index, const c10::IValue& v) {
   QueuedOp::Slot& slot = work.slots.emplace_back();

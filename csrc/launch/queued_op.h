@@ -3,6 +3,7 @@
 // (launch/launch.h, step 4).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,8 +21,9 @@
 namespace spyre::launch {
 
 // One launched op, as the engine sees it: the arguments with every tensor
-// replaced by a TensorRef, and the outputs to write. Built at every op: small
-// vectors keep the usual op (a few tensor arguments, one output) off the heap.
+// replaced by a TensorRef, and the outputs to write. Pooled (acquireQueuedOp):
+// a reused op keeps its vectors' capacity and its CPU alias tensors, so the
+// usual op allocates nothing on the host or the engine.
 struct QueuedOp {
   struct Slot {
     int index;  // argument position
@@ -48,14 +50,18 @@ struct QueuedOp {
   // meta kernel described (its size or dtype): the meta kernel and CPU's
   // disagree, so the plan cannot be launched.
   bool result_mismatch = false;
-  // While retired (retireToHost): the last reference, and the next retired work.
-  std::shared_ptr<QueuedOp> retired_self;
+  // Whether the engine team may fork for this op (Plan::may_fork_team).
+  bool may_fork_team = true;
+  // While retired (retireToHost): the next retired op.
   QueuedOp* next_retired = nullptr;
-
   explicit QueuedOp(const c10::OperatorHandle& op) : cpu_op(op) {}
 
-  static c10::IValue aliasOf(const Slot& slot);
-  c10::IValue outputAlias(size_t k) const;
+  // The CPU aliases run() passes the kernel are the running thread's, made
+  // once and re-pointed at each op's memory (TensorRef::repoint) when nothing
+  // else holds them. `fresh`: new ones, never the thread's (a replay stack
+  // keeps them for every replay).
+  c10::IValue aliasOf(const Slot& slot, bool fresh = false);
+  c10::IValue outputAlias(size_t k, bool fresh = false);
 
   enum class Scratch { Ok, Failed, Mismatch };
 
@@ -74,7 +80,8 @@ struct QueuedOp {
   // `written` slots once the kernel ran, and reports what overflowed.
   void roundWrites(c10::ArrayRef<const Slot*> written) const;
 
-  // Whether the kernel may fork the engine's OpenMP team (engine_team.h).
+  // Whether the kernel may fork the engine's OpenMP team (engine_team.h), from
+  // its largest tensor: computed once per plan (Plan::may_fork_team).
   bool mayForkTeam() const;
 
   // Runs the CPU kernel over CPU aliases of the refs (on an engine when
@@ -84,16 +91,27 @@ struct QueuedOp {
   void prepareReplay();
 };
 
-// A QueuedOp that ran on an engine is freed by the host: the host allocated it, and
-// frees on the engine took glibc's arena lock against the host's next
-// allocations (neither thread's cache of free chunks serves the other), up
-// to a futex call per op on each side. retireToHost() (engine, after run())
-// hands the last reference over without allocating; freeRetiredWork() (host,
-// at each launch) drops them.
-void retireToHost(std::shared_ptr<QueuedOp>&& work);
+// QueuedOps are pooled per host thread and given back by the host: memory
+// allocated by the host and freed on an engine takes glibc's arena lock
+// against the host's next allocations (neither thread's cache of free chunks
+// serves the other). acquireQueuedOp() (host) takes a cleared op from the
+// calling thread's pool (or makes one); retireToHost() (any thread, once the
+// op will not run again) pushes it on a lock-free list without allocating;
+// freeRetiredWork() (host, at each launch) clears the retired ops and puts
+// them back in the calling thread's pool (at most kMaxPooledOps, enough for a
+// host that runs a few hundred ops ahead of its engines; the rest are freed).
+// An op recorded into a graph is never retired: the graph owns it
+// (ownedByGraph()) and frees it with its nodes.
+constexpr size_t kMaxPooledOps = 512;
+QueuedOp* acquireQueuedOp(const c10::OperatorHandle& cpu_op);
+void retireToHost(QueuedOp* work);
 void freeRetiredWork();
-// Works retired so far and not yet freed: for tests.
+// `work` as a graph's node keeps it: a closure that owns it and replays it.
+std::function<void()> ownedByGraph(QueuedOp* work);
+// Ops retired so far and not yet put back: for tests.
 int64_t retiredWorkCount();
+// Ops made by acquireQueuedOp() on this thread (not taken from its pool): for tests.
+int64_t queuedOpsMade();
 
 // Appends the slot of a tensor argument at `index` to `work`: its tensors as
 // TensorRefs, built in place.

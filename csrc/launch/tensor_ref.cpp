@@ -2,10 +2,12 @@
 
 #include <cstring>
 
+#include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/util/TypeCast.h>
 
 #include "flex/flex.hpp"
 
@@ -56,6 +58,45 @@ at::Tensor TensorRef::cpuAlias() const {
   alias._set_conj(conj);
   alias._set_neg(neg);
   return alias;
+}
+
+bool TensorRef::repoint(at::Tensor& alias) const {
+  c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+  // A scalar's alias owns its 16 bytes; a tensor's owns nothing (no allocator).
+  const bool alias_is_scalar = impl->storage().allocator() != nullptr;
+  if (alias_is_scalar != cpu_scalar) return false;
+  if (cpu_scalar) {
+    if (alias.scalar_type() != dtype) return false;
+    std::memcpy(alias.mutable_data_ptr(), scalar_bytes.data(), alias.element_size());
+    impl->set_wrapped_number(wrapped_number);
+  } else {
+    c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+    storage->set_data_ptr_noswap(
+        c10::DataPtr(flex::executorAddress(storage_base), c10::Device(c10::kCPU)));
+    storage->set_nbytes(storage_nbytes);
+    if (alias.scalar_type() != dtype) {
+      impl->set_storage_and_dtype(impl->storage(), c10::scalarTypeToTypeMeta(dtype));
+    }
+    impl->set_sizes_and_strides(sizes, strides, storage_offset);
+  }
+  alias._set_conj(conj);
+  alias._set_neg(neg);
+  return true;
+}
+
+void TensorRef::convertScalar(c10::ScalarType to) {
+  if (!cpu_scalar || !wrapped_number || dtype == to) return;
+  std::array<char, 16> converted{};
+  AT_DISPATCH_ALL_TYPES_AND(c10::ScalarType::Bool, dtype, "convertScalar", [&] {
+    scalar_t value;
+    std::memcpy(&value, scalar_bytes.data(), sizeof(value));
+    AT_DISPATCH_ALL_TYPES(to, "convertScalar", [&] {
+      const scalar_t out = c10::convert<scalar_t>(value);
+      std::memcpy(converted.data(), &out, sizeof(out));
+    });
+  });
+  scalar_bytes = converted;
+  dtype = to;
 }
 
 at::Tensor peerAccessView(const at::Tensor& t) {

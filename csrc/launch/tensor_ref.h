@@ -46,6 +46,15 @@ struct TensorRef {
   // device work may use it. It owns nothing: valid while the memory is, i.e.
   // inside the device work.
   at::Tensor cpuAlias() const;
+  // Makes `alias`, a tensor cpuAlias() made for another ref that nothing else
+  // holds, this ref's alias (its memory, layout and dtype, or its scalar
+  // value), allocating nothing. False (and `alias` unchanged) when it cannot:
+  // a scalar for a tensor or the other way round, another scalar dtype.
+  bool repoint(at::Tensor& alias) const;
+  // A cpu_scalar holding a Python number (wrapped_number): its value
+  // converted to `dtype` (a real, non-reduced dtype), as copying it to a
+  // tensor of that dtype would.
+  void convertScalar(c10::ScalarType dtype);
 };
 
 // A CPU tensor over the executors' view of spyre tensor `t`'s memory (same

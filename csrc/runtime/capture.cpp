@@ -216,15 +216,14 @@ std::pair<uint64_t, uint64_t> poolOf(c10::StreamId stream) {
 }
 
 bool recordCompute(c10::StreamId stream, const std::function<void()>& fn, const char* name,
-                   size_t bytes, const std::function<void()>& on_record) {
+                   size_t bytes, const std::function<std::function<void()>()>* record_as) {
   Registry& r = registry();
   std::unique_lock<std::mutex> lock(r.mutex);
   Capture* capture = captureOfLocked(r, stream);
   if (capture == nullptr) return false;
   raiseIfInvalidated(lock, *capture, stream, name != nullptr ? name : "compute");
-  if (on_record) on_record();
   flex::ComputeParams params;
-  params.fn = fn;
+  params.fn = record_as != nullptr && *record_as ? (*record_as)() : fn;
   params.name = name != nullptr ? name : "compute";
   params.bytes = bytes;
   capture->graph.addCompute(&params);

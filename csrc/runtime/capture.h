@@ -114,11 +114,13 @@ bool isCapturing(c10::StreamId stream);
 std::pair<uint64_t, uint64_t> poolOf(c10::StreamId stream);
 
 // The launch sites: true when `stream` is capturing and the operation was
-// recorded instead of queued. `fn` is called once per replay. `on_record` (if
-// any) is called first, under the capture lock, only when `fn` is recorded:
-// it prepares `fn` for replays (no replay can start before it returns).
+// recorded instead of queued. `fn` is called once per replay. When
+// `record_as` is given, it is called instead, under the capture lock, only
+// when the operation is recorded, and what it returns is recorded in place of
+// `fn` (no replay can start before it returns).
 bool recordCompute(c10::StreamId stream, const std::function<void()>& fn, const char* name,
-                   size_t bytes, const std::function<void()>& on_record = {});
+                   size_t bytes,
+                   const std::function<std::function<void()>()>* record_as = nullptr);
 bool recordD2D(c10::StreamId stream, const flex::D2DParams& params);
 bool recordFill(c10::StreamId stream, const flex::CompositeAddress& address, double value,
                 flex::DataFormats format);

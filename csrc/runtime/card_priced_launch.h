@@ -16,7 +16,6 @@ namespace spyre {
 // into a graph capture drops the cost (the node is priced from `bytes`).
 void launchComputeWithCost(const SpyreStream& stream, CheckedDevice device,
                            std::function<void()> fn, const char* name, size_t bytes,
-                           const flex::WorkCost& cost,
-                           const std::function<void()>& on_record = {});
+                           const flex::WorkCost& cost, const ComputeRelease* release = nullptr);
 
 }  // namespace spyre

@@ -331,25 +331,35 @@ void SpyreStream::launchCompute(std::function<void()> fn, const char* name, size
 }
 
 void SpyreStream::launchCompute(CheckedDevice device, std::function<void()> fn, const char* name,
-                                size_t bytes, const std::function<void()>& on_record) const {
+                                size_t bytes, const ComputeRelease* release) const {
   flex::RuntimeStream* handle = resolveRuntimeHandle(device);
   if (C10_UNLIKELY(capture::anyCapture()) &&
-      capture::recordCompute(id(), fn, name, bytes, on_record)) {
+      capture::recordCompute(id(), fn, name, bytes, release ? &release->record_as : nullptr)) {
     return;
   }
-  handle->launchOperationCompute(computeParams(std::move(fn), name, bytes));
+  flex::ComputeParams params = computeParams(std::move(fn), name, bytes);
+  if (release != nullptr) {
+    params.on_discard = release->on_discard;
+    params.discard_arg = release->arg;
+  }
+  handle->launchOperationCompute(std::move(params));
 }
 
 void launchComputeWithCost(const SpyreStream& stream, CheckedDevice device,
                            std::function<void()> fn, const char* name, size_t bytes,
-                           const flex::WorkCost& cost, const std::function<void()>& on_record) {
+                           const flex::WorkCost& cost, const ComputeRelease* release) {
   flex::RuntimeStream* handle = stream.resolveRuntimeHandle(device);
   if (C10_UNLIKELY(capture::anyCapture()) &&
-      capture::recordCompute(stream.id(), fn, name, bytes, on_record)) {
+      capture::recordCompute(stream.id(), fn, name, bytes,
+                             release ? &release->record_as : nullptr)) {
     return;
   }
   flex::ComputeParams params = computeParams(std::move(fn), name, bytes);
   params.cost = cost;
+  if (release != nullptr) {
+    params.on_discard = release->on_discard;
+    params.discard_arg = release->arg;
+  }
   handle->launchOperationCompute(std::move(params));
 }
 

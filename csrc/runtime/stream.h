@@ -78,6 +78,18 @@ constexpr int kHighPriority = -1;
 // launchDelay's upper bound: the runtime counts int64 nanoseconds (~106 days).
 constexpr double kMaxDelayMilliseconds = 9.2e12;
 
+// What the runtime does with a pooled operation's state (launch/queued_op.h)
+// besides running `fn` (which owns nothing): `on_discard(arg)` releases it
+// when the runtime discards the operation unrun (its stream failed first);
+// when the stream is capturing, `record_as()` is called instead, under the
+// capture's lock, and the graph records what it returns (a function that
+// owns the state and runs it at every replay).
+struct ComputeRelease {
+  void (*on_discard)(void*) = nullptr;
+  void* arg = nullptr;
+  std::function<std::function<void()>()> record_as;
+};
+
 class SpyreStream {
  public:
   // Checked: `stream` must be a PrivateUse1 (spyre) stream. Inline: every
@@ -132,12 +144,11 @@ class SpyreStream {
   void launchD2D(const void* src, void* dst, size_t nbytes) const;
   void launchCompute(std::function<void()> fn, const char* name, size_t bytes = 0) const;
   // launchCompute for a stream of a device this op checked (the launch path
-  // checks its device once per op). When the stream is capturing, `on_record`
-  // (if any) is called before `fn` is recorded, under the capture's lock:
-  // whether an op is replayed is decided where it is recorded (another thread
-  // may make the stream join a capture at any time).
+  // checks its device once per op), with the state `release` (if any) says
+  // how to release. Whether an op is replayed is decided where it is recorded
+  // (another thread may make the stream join a capture at any time).
   void launchCompute(CheckedDevice device, std::function<void()> fn, const char* name,
-                     size_t bytes = 0, const std::function<void()>& on_record = {}) const;
+                     size_t bytes = 0, const ComputeRelease* release = nullptr) const;
   void launchHostCallback(std::function<void()> fn, const char* name) const;
   // A window in which the collective transport reads and writes device memory
   // (flex::PeerAccessWindow): it holds the stream from when the stream reaches

@@ -614,14 +614,23 @@ int captureJoinMode(int64_t iterations) {
   std::thread launcher([&] {
     while (!capturing_done.load(std::memory_order_acquire)) {
       auto work = std::make_shared<CaptureJoinWork>();
-      CaptureJoinWork* raw = work.get();
+      // As the launch path's ops: what a capture records is what record_as
+      // returns, made under the capture lock (it owns the state and replays it).
+      spyre::ComputeRelease release;
+      release.record_as = [work]() -> std::function<void()> {
+        work->replayable = true;
+        return [work] {
+          STRESS_CHECK(work->replayable, "a recorded work that was not prepared for replays");
+          g_replayed_runs.fetch_add(1, std::memory_order_relaxed);
+        };
+      };
       try {
         joined.launchCompute(
             spyre::checkDevice(joined.device_index()), [work = std::move(work)]() mutable {
               if (work->replayable) g_replayed_runs.fetch_add(1, std::memory_order_relaxed);
               if (!work->replayable) work.reset();  // run once: its state is gone
             },
-            "capture-join-op", 0, [raw] { raw->replayable = true; });
+            "capture-join-op", 0, &release);
       } catch (const std::exception& e) {
         STRESS_CHECK(false, std::string("launch on the joined stream raised: ") + e.what());
       }

@@ -138,6 +138,8 @@ void RuntimeStream::launchOperationCompute(const ComputeParams* params) {
   op.bytes = p.bytes;
   op.cost = p.cost;
   op.fn = p.fn;
+  op.on_discard = p.on_discard;
+  op.discard_arg = p.discard_arg;
   if (detail::trace::enabled()) op.name = p.name;  // names can be long: copy only when used
   impl_->enqueue(std::move(op));
 }
@@ -149,6 +151,8 @@ void RuntimeStream::launchOperationCompute(ComputeParams&& params) {
   op.bytes = params.bytes;
   op.cost = params.cost;
   op.fn = std::move(params.fn);
+  op.on_discard = params.on_discard;
+  op.discard_arg = params.discard_arg;
   if (detail::trace::enabled()) op.name = std::move(params.name);
   impl_->enqueue(std::move(op));
 }

@@ -75,6 +75,8 @@ struct Op {
   FillElement fill{};          // fill element, already converted to its format
   std::chrono::nanoseconds delay{0};
   std::function<void()> fn;    // compute, host callback, DMA completion callback
+  void (*on_discard)(void*) = nullptr;  // a compute's ComputeParams::on_discard
+  void* discard_arg = nullptr;
   std::shared_ptr<Completion> sync;  // record, wait, gate
   std::shared_ptr<const RuntimeGraph::Nodes> graph;  // a graph launch's nodes
   std::string name;            // trace label; only copied while tracing

@@ -77,6 +77,8 @@ void RuntimeStream::Impl::failLocked(std::unique_lock<std::mutex>& lock, std::st
   const int64_t now = detail::nowNs();
   for (Op& op : discarded) {
     if (op.kind == OpKind::EventRecord) op.sync->complete(now);
+    // (An operation that ran and failed comes here empty: only unrun ones are released.)
+    if (op.on_discard != nullptr) op.on_discard(op.discard_arg);
   }
 }
 
@@ -93,6 +95,7 @@ void RuntimeStream::Impl::abandon() {
   const int64_t now = detail::nowNs();
   for (Op& op : discarded) {
     if (op.kind == OpKind::EventRecord) op.sync->complete(now);
+    if (op.on_discard != nullptr) op.on_discard(op.discard_arg);
   }
 }
 

@@ -103,6 +103,35 @@ TEST(error_injected_fault_fails_the_next_operation) {
   CHECK_EQ(stream->errorMessage(), std::string("injected: card fell over"));
 }
 
+// ComputeParams::on_discard: called for each compute the stream drops unrun
+// (the faulted one and those queued behind it), never for one that ran.
+TEST(error_discarded_computes_call_their_on_discard) {
+  RuntimeStream* stream = util::context()->createStream();
+  std::atomic<int> ran{0};
+  int discarded[3] = {0, 0, 0};
+  auto launch = [&](int k) {
+    flex::ComputeParams params;
+    params.fn = [&ran] { ++ran; };
+    params.on_discard = [](void* count) { ++*static_cast<int*>(count); };
+    params.discard_arg = &discarded[k];
+    stream->launchOperationCompute(std::move(params));
+  };
+  launch(0);
+  stream->synchronize();
+  Gate gate;
+  gate.enqueueOn(stream);
+  WAIT_UNTIL(gate.blockedStreams() == 1);
+  flex::test::injectFault(stream, "injected: discard");
+  launch(1);  // faulted: never runs
+  launch(2);  // behind it: discarded
+  gate.release();
+  CHECK_THROWS_MSG(stream->synchronize(), "injected: discard");
+  CHECK_EQ(ran.load(), 1);
+  CHECK_EQ(discarded[0], 0);
+  CHECK_EQ(discarded[1], 1);
+  CHECK_EQ(discarded[2], 1);
+}
+
 TEST(error_injected_fault_on_a_record_still_completes_it) {
   RuntimeContext* context = util::context();
   RuntimeStream* stream = context->createStream();

@@ -187,6 +187,13 @@ struct ComputeParams {
   std::string name = "compute";
   size_t bytes = 0;
   WorkCost cost;
+  // Optional: called (on the thread that discards it) instead of `fn` when the
+  // operation is discarded without running (its stream failed before it, or
+  // the runtime shut down), so that what `fn` would have released is released.
+  // A plain function and its argument: a closure that owns nothing stays
+  // small enough for std::function to keep inline.
+  void (*on_discard)(void*) = nullptr;
+  void* discard_arg = nullptr;
 };
 
 // Host callback: runs in stream order on an engine thread, like cudaLaunchHostFunc.
