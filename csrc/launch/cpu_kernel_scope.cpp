@@ -29,9 +29,9 @@ CpuKernelScope::CpuKernelScope(int num_threads, KernelSide side, bool may_fork)
   if (side == KernelSide::Engine) {
     placeEngineTeam(may_fork);
     // Record functions stay off on an engine thread, for good: profiler
-    // callbacks may be Python, which an engine never runs. (Turning them off
-    // and on again around each op rebuilt the thread's callback cache twice:
-    // a third of a small op's engine time.)
+    // callbacks may be Python, which an engine never runs, and switching them
+    // per op rebuilds the thread's callback cache (docs/performance.md, "Why
+    // the code is as it is").
     if (at::isRecordFunctionEnabled()) at::enableRecordFunction(false);
   }
 }

@@ -1,13 +1,12 @@
 // An engine computes with its own OpenMP team (libgomp keeps one per master
 // thread), whose threads wake one another at every parallel region. Linux
 // places a woken thread on its waker's core when it judges the last-level
-// cache busy (as it does for about 100 ms after the host ran flat out, e.g.
+// cache busy (as it does for a while after the host ran flat out, e.g.
 // through a gc.collect()), so an engine and its worker end up taking turns on
-// one core while the other idles, and a 512x512 matmul takes 1.7x as long.
-// Pinning each team thread to a core of its own keeps them apart
-// (docs/performance.md, "Engine teams on cores"). But a pinned thread cannot
-// leave a core that another program keeps busy (with one such neighbour,
-// pinned teams ran 1.6x to 2.6x slower than unpinned ones), so by default a
+// one core while the other idles. Pinning each team thread to a core of its
+// own keeps them apart (docs/performance.md, "Engine teams on cores", has the
+// figures). But a pinned thread cannot leave a core that another program
+// keeps busy, so by default a
 // team is pinned only while its threads get their cores: each engine watches
 // how long its team's threads waited for a CPU (the kernel's schedstat), and
 // hands a contended team back to the scheduler, trying again later. Placing a

@@ -64,11 +64,12 @@ void convolutionBackwardOverrideable(const c10::OperatorHandle& op, torch::jit::
 // Structured ops reach a new backend through their
 // CompositeExplicitAutogradNonFunctional kernels, which allocate the outputs
 // and call the out= variant; a few ops with a CPU kernel decompose for other
-// backends (CompositeExplicitAutograd), with other numerics than CPU. Taking the functional and in-place forms
-// directly skips that detour (one dispatch and one shape inference fewer) and
-// sees the op the user called: some out= variants (mse_loss) use `out` as
-// scratch space and warn where the functional op does not. Called once the
-// library's static registrations are done (module init).
+// backends (CompositeExplicitAutograd), with other numerics than CPU. Taking
+// the functional and in-place forms directly skips that detour (one dispatch
+// and one shape inference fewer) and sees the op the user called: some out=
+// variants (mse_loss) use `out` as scratch space and warn where the functional
+// op does not. Called once the library's static registrations are done
+// (module init).
 void registerFunctionalForms() {
   static auto* library = new torch::Library(torch::Library::IMPL, "aten",
                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
