@@ -30,6 +30,7 @@ ROWS = {
     "python.with_stream",
     "python.spyre_stream",
     "python.launch_sync_round_trip",
+    "python.idle_stream_sync",
     "copy.h2d_64mib",
     "copy.d2h_64mib",
     "compute.host_runs_ahead",
