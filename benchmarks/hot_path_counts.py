@@ -5,7 +5,8 @@
 
 Per `y = x + 1` (1 024 float32; spyre's on a side stream, queued behind a
 gate in chunks so that no count depends on timing), over N ops after a
-warm-up: allocations, lock acquisitions, futex and condition waits, and GIL
+warm-up, and per `synchronize()` and `query()` of an idle spyre stream:
+allocations, lock acquisitions, futex and condition waits, and GIL
 acquisitions, on the calling (host) thread and on every other thread (the
 stub's engines), divided by N. Counted by an LD_PRELOAD library
 (benchmarks/native/hot_path_counter.c) built here with the system compiler:
@@ -91,18 +92,26 @@ def measure(n, warmup, chunk=256):
         lib.hpc_enable(0)
         results["spyre"] = per_op(host, engine, n // chunk * chunk)
 
+    def host_calls(call):
+        for _ in range(warmup):
+            call()
+        lib.hpc_reset()
+        lib.hpc_enable(1)
+        start = read()
+        for _ in range(n):
+            call()
+        done = read()
+        lib.hpc_enable(0)
+        delta = [b - a for a, b in zip(start, done)]
+        return per_op(delta, delta, n)
+
     x = torch.randn(1024)
-    for _ in range(warmup):
-        x + 1
-    lib.hpc_reset()
-    lib.hpc_enable(1)
-    start = read()
-    for _ in range(n):
-        x + 1
-    done = read()
-    lib.hpc_enable(0)
-    delta = [b - a for a, b in zip(start, done)]
-    results["cpu"] = per_op(delta, delta, n)
+    results["cpu"] = host_calls(lambda: x + 1)
+    # Waiting for a stream with nothing queued, beside asking it whether it has.
+    idle = torch.spyre.Stream()
+    idle.synchronize()
+    results["idle_sync"] = host_calls(idle.synchronize)
+    results["idle_query"] = host_calls(idle.query)
     return results
 
 
@@ -128,7 +137,9 @@ def print_table(results):
     header = ["per op"] + [f"{side} {kind}" for side in SIDES for kind in KINDS]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for device, label in (("spyre", "spyre `x + 1` (side stream)"), ("cpu", "CPU eager `x + 1`")):
+    for device, label in (("spyre", "spyre `x + 1` (side stream)"), ("cpu", "CPU eager `x + 1`"),
+                          ("idle_sync", "idle `stream.synchronize()`"),
+                          ("idle_query", "idle `stream.query()`")):
         cells = [f"{results[device][side][kind]:.2f}" for side in SIDES for kind in KINDS]
         print("| " + " | ".join([label] + cells) + " |")
 

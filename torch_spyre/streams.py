@@ -39,6 +39,10 @@ class Stream(torch.Stream):
         stream_id, index = _C._get_stream_from_pool(_device_index(device), -1 if priority < 0 else 0)
         return torch.Stream.__new__(cls, stream_id, index, DEVICE_TYPE)
 
+    # torch.Stream.synchronize, without releasing the GIL when the stream is
+    # already idle (csrc/python/stream_bindings.cpp).
+    synchronize = _C._stream_synchronize
+
     @classmethod
     def _wrap(cls, key):
         """The Stream for a (stream_id, device_index) pair, without a pool hand-out."""

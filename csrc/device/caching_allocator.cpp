@@ -98,7 +98,7 @@ flex::RuntimeStream* DeviceCachingAllocator::handleLocked(c10::StreamId stream,
 DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex device) {
   const c10::StreamId stream = getCurrentStream(device).id();
   Context context = history_.gather(RecordContext::STATE);  // before the lock: may take the GIL
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock = lockAndDrain();
   // The stream's capture pool, read under this lock: a graph releases its
   // pool (releasePool, under this lock) only after its capture has ended, so
   // a pool read here is held until the lock is released. Read again after the
@@ -138,6 +138,7 @@ DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex devi
     lock.unlock();
     releaseCachedBlocks(context);
     lock.lock();
+    drainUnlockedFreesLocked();
     ++stats_.num_alloc_retries;
     pool = &choosePoolLocked();  // an unused private pool may be gone now
     block = takeFreeBlockLocked(*pool, stream, size);
@@ -235,6 +236,7 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
     updateStat(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
   }
   block->allocated = true;
+  std::atomic_ref<bool>(block->used_elsewhere).store(false, std::memory_order_relaxed);
   for (uint64_t& bits : block->recorded_bits) {
     std::atomic_ref<uint64_t>(bits).store(0, std::memory_order_relaxed);
   }
@@ -248,10 +250,30 @@ DeviceBlock* DeviceCachingAllocator::splitAndActivateLocked(DeviceBlock* block, 
 }
 
 void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
+  // Nothing watches this free as it happens: the next call that takes the
+  // lock releases the block (drainUnlockedFreesLocked), as if this one had.
+  if (C10_LIKELY(!std::atomic_ref<bool>(block->used_elsewhere).load(std::memory_order_relaxed) &&
+                 !history_on_.load(std::memory_order_relaxed) &&
+                 !c10::memoryProfilingEnabled())) {
+    DeviceBlock* head = unlocked_frees_.load(std::memory_order_relaxed);
+    do {
+      block->next_unlocked_free = head;
+    } while (!unlocked_frees_.compare_exchange_weak(head, block, std::memory_order_release,
+                                                    std::memory_order_relaxed));
+    return;
+  }
   // Before the lock: may take the GIL. Null on an engine thread (no Python
   // there): the trace then shows the allocation's context, as CUDA's.
   const Context context = history_.gather(RecordContext::ALL);
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock = lockAndDrain();
+  ProfilerReport report{};
+  releaseLocked(block, context, &report);
+  lock.unlock();
+  reportToProfiler(report);
+}
+
+void DeviceCachingAllocator::releaseLocked(DeviceBlock* block, const Context& context,
+                                           ProfilerReport* report) noexcept {
   if (C10_UNLIKELY(history_.recordingLocked())) {
     history_.recordLocked(HistoryAction::FREE_REQUESTED, block->device,
                           reinterpret_cast<uintptr_t>(block->ptr), block->requested_size,
@@ -261,7 +283,7 @@ void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
   updateStat(stats_.allocation, block->small, -1);
   updateStat(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
   // Before the block can merge away: the report names it.
-  const ProfilerReport report = profilerReportLocked(block, -static_cast<int64_t>(block->size));
+  if (report != nullptr) *report = profilerReportLocked(block, -static_cast<int64_t>(block->size));
   try {
     insertEventsLocked(block);
   } catch (...) {
@@ -272,8 +294,24 @@ void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
     deferred_ = block;
   }
   if (!block->deferred && block->event_count == 0) freeBlockLocked(block, context);
-  lock.unlock();
-  reportToProfiler(report);
+}
+
+void DeviceCachingAllocator::drainUnlockedFreesLocked() noexcept {
+  if (unlocked_frees_.load(std::memory_order_relaxed) == nullptr) return;
+  DeviceBlock* block = unlocked_frees_.exchange(nullptr, std::memory_order_acquire);
+  // Most recent first: the pools, merges and stats end the same in any order.
+  while (block != nullptr) {
+    DeviceBlock* next = block->next_unlocked_free;
+    block->next_unlocked_free = nullptr;
+    releaseLocked(block, nullptr);
+    block = next;
+  }
+}
+
+std::unique_lock<std::mutex> DeviceCachingAllocator::lockAndDrain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  drainUnlockedFreesLocked();
+  return lock;
 }
 
 void DeviceCachingAllocator::retryDeferredLocked() {
@@ -304,11 +342,12 @@ void DeviceCachingAllocator::reportToProfiler(const ProfilerReport& report) noex
 }
 
 void DeviceCachingAllocator::recordStream(DeviceBlock* block, c10::StreamId stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   if (stream == block->stream) return;  // stream order already protects it
   handleLocked(stream, block->device);  // free() reads it and must not resolve
   auto& uses = block->stream_uses;
   if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+  std::atomic_ref<bool>(block->used_elsewhere).store(true, std::memory_order_relaxed);
   if (stream >= 0 && stream < 128) {
     std::atomic_ref<uint64_t>(block->recorded_bits[static_cast<size_t>(stream) / 64])
         .fetch_or(uint64_t{1} << (static_cast<size_t>(stream) % 64), std::memory_order_relaxed);
@@ -374,7 +413,7 @@ DeviceCachingAllocator::Pool& DeviceCachingAllocator::poolOf(const DeviceBlock* 
 }
 
 void DeviceCachingAllocator::usePool(PoolId id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   std::unique_ptr<PrivatePool>& pool = private_pools_[id];
   if (pool == nullptr) {
     pool = std::make_unique<PrivatePool>();
@@ -384,14 +423,14 @@ void DeviceCachingAllocator::usePool(PoolId id) {
 }
 
 void DeviceCachingAllocator::releasePool(PoolId id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   const auto it = private_pools_.find(id);
   if (it == private_pools_.end()) return;
   if (--it->second->use_count == 0 && it->second->segments == 0) private_pools_.erase(it);
 }
 
 bool DeviceCachingAllocator::isInPool(const DeviceBlock* block, PoolId id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   const auto it = private_pools_.find(id);
   return it != private_pools_.end() && block->private_pool == it->second.get();
 }
@@ -484,7 +523,7 @@ void DeviceCachingAllocator::keepBlockObjectLocked(DeviceBlock* block) {
 }
 
 int64_t DeviceCachingAllocator::blockObjectsMade() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   return block_objects_made_;
 }
 
@@ -493,7 +532,7 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
   std::vector<PendingEvent> pending;
   std::vector<std::unique_ptr<flex::RuntimeEvent>> settled;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const std::unique_lock<std::mutex> lock = lockAndDrain();
     retryDeferredLocked();
     for (auto& [id, queue] : events_) {
       for (PendingEvent& entry : queue) pending.push_back(std::move(entry));
@@ -526,7 +565,7 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
   std::vector<DeviceBlock*> segments;
   std::set<c10::StreamId> allocation_streams;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const std::unique_lock<std::mutex> lock = lockAndDrain();
     for (const PendingEvent& entry : pending) {
       if (--entry.block->event_count == 0 && !entry.block->deferred) freeBlockLocked(entry.block);
     }
@@ -563,7 +602,7 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
   // queued there, so each such stream is drained (an event: cheap when idle).
   std::vector<flex::RuntimeStream*> handles;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const std::unique_lock<std::mutex> lock = lockAndDrain();
     for (const c10::StreamId id : allocation_streams) {
       handles.push_back(handles_[static_cast<size_t>(id)]);
     }
@@ -595,7 +634,7 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
       // A torn-down runtime: the memory goes with the process.
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   for (DeviceBlock* segment : segments) {
     if (PrivatePool* owner = segment->private_pool) {
       --owner->segments;
@@ -646,14 +685,14 @@ void DeviceCachingAllocator::throwOutOfMemory(std::unique_lock<std::mutex>& lock
 }
 
 c10::CachingDeviceAllocator::DeviceStats DeviceCachingAllocator::stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   c10::CachingDeviceAllocator::DeviceStats stats = stats_;
   stats.max_split_size = -1;  // no split limit: CUDA's default reads SIZE_MAX as -1
   return stats;
 }
 
 void DeviceCachingAllocator::resetAccumulatedStats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   forEachStatArray(stats_, [](Stat& stat) { stat.reset_accumulated(); });
   stats_.oversize_allocations.reset_accumulated();
   stats_.oversize_segments.reset_accumulated();
@@ -665,7 +704,7 @@ void DeviceCachingAllocator::resetAccumulatedStats() {
 }
 
 void DeviceCachingAllocator::resetPeakStats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   forEachStatArray(stats_, [](Stat& stat) { stat.reset_peak(); });
   stats_.oversize_allocations.reset_peak();
   stats_.oversize_segments.reset_peak();
@@ -673,6 +712,7 @@ void DeviceCachingAllocator::resetPeakStats() {
 
 void DeviceCachingAllocator::lockForFork() {
   mutex_.lock();
+  drainUnlockedFreesLocked();
 }
 
 // In the child too: the forking thread, its only thread, took the lock.
@@ -697,13 +737,14 @@ void DeviceCachingAllocator::unlinkSegmentLocked(DeviceSegment* segment) {
 }
 
 void DeviceCachingAllocator::recordHistory(const HistorySettings& settings) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   history_.configureLocked(settings);
+  history_on_.store(history_.recordingLocked(), std::memory_order_relaxed);
 }
 
 MemorySnapshot DeviceCachingAllocator::snapshot() {
   MemorySnapshot snapshot;
-  std::lock_guard<std::mutex> lock(mutex_);
+  const std::unique_lock<std::mutex> lock = lockAndDrain();
   size_t total_active = 0;
   for (const DeviceSegment* segment = segments_; segment != nullptr; segment = segment->next) {
     const DeviceBlock* head = segment->head;

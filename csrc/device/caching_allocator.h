@@ -23,7 +23,14 @@
 //   so a snapshot finds every block; with history on, blocks and segments
 //   keep the context of their allocation and actions go to the trace.
 //
-// One mutex guards everything. No wait on device work happens under it (no
+// One mutex guards everything, with one exception: free() of a block used on
+// its allocation stream only takes no lock when nothing observes frees as they
+// happen (no memory history, no memory profiling). It pushes the block on a
+// lock-free list (unlocked_frees_), and every call that takes the lock returns
+// those blocks to their pools, with their stats, before it reads or changes
+// anything: what any caller sees is as if each free had taken the lock.
+//
+// No wait on device work happens under the mutex (no
 // lock is held across a wait): a wait lasts as long as the queued work, and
 // every thread that allocates or frees (host threads, autograd's device
 // thread, c10d's worker threads releasing collectives' tensors) would stall
@@ -75,6 +82,9 @@ struct DeviceBlock {
   size_t requested_size = 0;  // what the caller asked for, before rounding
   int event_count = 0;        // events recorded at free time, not yet completed
   std::vector<c10::StreamId> stream_uses;  // recorded streams other than `stream`
+  // Whether stream_uses is non-empty: set under the lock (recordStream),
+  // read without it (free()'s unlocked path). Cleared when handed out.
+  bool used_elsewhere = false;
   // The ids below 128 among stream_uses, one bit each, set under the lock and
   // read without it (recordedOn()): a block recorded on a stream once needs
   // no lock to be recorded on it again. Cleared when the block is handed out.
@@ -98,6 +108,8 @@ struct DeviceBlock {
   // its pool, in the deferred list until malloc() or emptyCache() retries.
   bool deferred = false;
   DeviceBlock* next_deferred = nullptr;
+  // The next block of the allocator's unlocked_frees_ list, while on it.
+  DeviceBlock* next_unlocked_free = nullptr;
 
   bool isSplit() const { return prev != nullptr || next != nullptr; }
 };
@@ -146,6 +158,8 @@ class DeviceCachingAllocator {
   // the block to its pool allocates nothing; the events a block used on other
   // streams needs are allocated, and when that fails the block is deferred
   // (kept out of every pool, in an intrusive list) to the next malloc().
+  // A block used on its allocation stream only, while no memory history or
+  // memory profiling watches, is freed without the lock (see above).
   void free(DeviceBlock* block) noexcept;
   // `stream` used the block: a later free waits for the work launched on it.
   void recordStream(DeviceBlock* block, c10::StreamId stream);
@@ -206,6 +220,15 @@ class DeviceCachingAllocator {
   void processEventsLocked();
   // Card timing: keeps `event` (complete) as `id`'s latest settled event.
   void keepSettledLocked(c10::StreamId id, std::unique_ptr<flex::RuntimeEvent> event);
+  // The locked part of free(): stats, events, the block back to its pool.
+  // `report`, when given: the profiler's report of the free.
+  void releaseLocked(DeviceBlock* block, const Context& context,
+                     ProfilerReport* report = nullptr) noexcept;
+  // Releases the blocks free() pushed without the lock. First thing after
+  // taking the lock, in every call that takes it.
+  void drainUnlockedFreesLocked() noexcept;
+  // The lock, taken, with the unlocked frees drained.
+  std::unique_lock<std::mutex> lockAndDrain();
   // `context`: the free's, when the host asked for it now (memory history).
   void freeBlockLocked(DeviceBlock* block, const Context& context = nullptr);
   size_t mergeLocked(DeviceBlock* into, DeviceBlock* neighbour, Pool& pool);
@@ -244,6 +267,10 @@ class DeviceCachingAllocator {
   std::array<flex::RuntimeStream*, kMaxStreamIds> handles_{};
   c10::CachingDeviceAllocator::DeviceStats stats_;
   DeviceBlock* deferred_ = nullptr;  // see DeviceBlock::deferred
+  // Blocks free() released without the lock, most recent first.
+  std::atomic<DeviceBlock*> unlocked_frees_{nullptr};
+  // history_.recordingLocked(), readable without the lock.
+  std::atomic<bool> history_on_{false};
   DeviceBlock* spare_blocks_ = nullptr;  // kept block objects, linked through `next`
   size_t spare_block_count_ = 0;
   int64_t block_objects_made_ = 0;

@@ -225,13 +225,12 @@ void QueuedOp::run() {
       }
     }
   }
-  if (replayable) {
-    // The stack holds CPU aliases only: CPU's kernel, without computing the
-    // dispatch keys again at every replay.
-    cpu_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
-  } else {
-    cpu_op.callBoxed(stack);
-  }
+  // CPU's kernel itself, without computing dispatch keys: the stack's tensors
+  // are CPU aliases (tensor_ref.h), autograd and Python keys are excluded
+  // (CpuKernelScope), and the conjugate and negative fallbacks, which rank
+  // above the backend, ran on the spyre call already (a bit an alias still
+  // carries is one the op's kernel reads itself).
+  cpu_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
   if (copy_results) {
     for (size_t k = 0; k < outputs.size(); ++k) {
       if (outputs[k].empty()) continue;  // an argument, written in place

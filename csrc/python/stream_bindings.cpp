@@ -3,6 +3,8 @@
 #include <string>
 
 #include <ATen/record_function.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Stream.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "python/bindings.h"
@@ -55,9 +57,32 @@ void bindHostComputeStreams(py::module_& m) {
   m.def("_num_host_compute_streams", &hostComputeStreamCount);
 }
 
+// torch.spyre.Stream.synchronize. torch.Stream's binding releases the GIL
+// around every call; this one leaves that to the host wait (runtime/host_wait.h),
+// which a stream found idle skips: waiting for an idle stream costs what
+// query() does.
+PyObject* synchronizeStream(PyObject* self, PyObject* /*noargs*/) {
+  HANDLE_TH_ERRORS
+  const auto* stream = reinterpret_cast<const THPStream*>(self);
+  SpyreStream(c10::Stream::unpack3(stream->stream_id,
+                                   static_cast<c10::DeviceIndex>(stream->device_index),
+                                   static_cast<c10::DeviceType>(stream->device_type)))
+      .synchronize();
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef synchronize_method = {
+    "synchronize", synchronizeStream, METH_NOARGS,
+    "Wait for all work launched on this stream (the GIL is released while it waits)."};
+
 }  // namespace
 
 void bindStreams(py::module_& m) {
+  // A method of torch.Stream (a C method descriptor: no Python frame per call),
+  // which torch_spyre/streams.py puts on torch.spyre.Stream.
+  m.attr("_stream_synchronize") = py::reinterpret_steal<py::object>(
+      PyDescr_NewMethod(THPStreamClass, &synchronize_method));
   m.attr("_default_stream_id") = kDefaultStreamId;
   m.attr("_first_low_priority_stream_id") = kFirstLowPriorityStreamId;
   m.attr("_first_high_priority_stream_id") = kFirstHighPriorityStreamId;

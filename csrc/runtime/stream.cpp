@@ -16,6 +16,7 @@
 
 #include <c10/util/CallOnce.h>
 #include <c10/util/Exception.h>
+#include <flex/card.hpp>
 
 #include "runtime/capture.h"
 #include "runtime/card_priced_launch.h"
@@ -270,6 +271,14 @@ void SpyreStream::checkCaptureAllowsHostWait(const char* what) const {
 
 void SpyreStream::synchronizeSkippingCaptureCheck() const {
   flex::RuntimeStream* handle = resolveRuntimeHandle();
+  // A stream found idle has nothing to wait for: no host wait, so no GIL
+  // release either. Not under the card clock, whose host time a wait moves
+  // to the end of the stream's work even when that work is done.
+  static const bool card_timing = flex::card::enabled();
+  if (!card_timing && handle->query()) {  // raises the stream's failure, as synchronize() does
+    sanitizer::onStreamComplete(id());
+    return;
+  }
   waitForDevice([handle] { handle->synchronize(); });
   sanitizer::onStreamComplete(id());
 }

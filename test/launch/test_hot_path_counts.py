@@ -41,17 +41,21 @@ def test_gil_acquisitions_per_op_equal_cpu_eagers(counts):
     assert counts["spyre"]["engine"]["gil"] == 0
 
 
-def test_host_locks_per_op_are_cpu_eagers_plus_three(counts):
-    # CPU eager's are the GIL's (three per acquisition and release). Spyre's
-    # three more: the caching allocator's malloc and free of the result and the
-    # stream's enqueue; recordStream takes none (x was allocated on this stream).
-    assert counts["spyre"]["host"]["locks"] <= counts["cpu"]["host"]["locks"] + 3 + SLACK
-
-
-@pytest.mark.xfail(strict=True, reason="issue 52's ceiling, not met: the allocator's malloc and "
-                   "free each take its mutex (docs/performance.md, Issue 52)")
 def test_host_locks_per_op_at_most_cpu_eagers_plus_two(counts):
+    # CPU eager's are the GIL's (three per acquisition and release). Spyre's two
+    # more: the caching allocator's malloc of the result and the stream's
+    # enqueue. The previous result's free takes no lock (a block used on its
+    # allocation stream only), nor does recordStream (x was allocated on this stream).
     assert counts["spyre"]["host"]["locks"] <= counts["cpu"]["host"]["locks"] + 2 + SLACK
+
+
+def test_waiting_for_an_idle_stream_costs_what_asking_it_does(counts):
+    # torch.Stream.synchronize's binding released the GIL around every call; an
+    # idle stream's wait now releases nothing, as query() does not.
+    sync, query = counts["idle_sync"]["host"], counts["idle_query"]["host"]
+    assert query["gil"] <= SLACK
+    for kind in ("gil", "locks", "mallocs", "futex_waits", "cond_waits"):
+        assert sync[kind] <= query[kind] + SLACK, kind
 
 
 def test_engine_mallocs_per_op_at_most_two(counts):

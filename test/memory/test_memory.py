@@ -11,6 +11,7 @@ import threading
 import pytest
 import torch
 import torch_spyre
+from torch_spyre import memory as spyre_memory
 from torch_spyre.testing import Gate
 
 from _helpers import build_shared_library
@@ -430,6 +431,49 @@ def test_threads_allocating_copying_and_freeing_on_their_own_streams():
     torch.accelerator.empty_cache()
     expect_stats(allocated_bytes__all__current=0, active_bytes__all__current=0,
                  reserved_bytes__all__current=0, inactive_split__all__current=0)
+
+
+def test_frees_without_the_lock_are_seen_by_every_reader_at_once():
+    # free() of a block used on its allocation stream only takes no lock: the
+    # next call that takes it (an allocation, the stats, a snapshot) first
+    # returns such blocks to their pools. Nothing may tell the difference.
+    x, y = floats(MiB), floats(KiB)
+    x_ptr = x.data_ptr()
+    del x
+    expect_stats(allocated_bytes__all__current=KiB, allocated_bytes__all__freed=MiB,
+                 active__all__current=1, inactive_split__all__current=2)
+    blocks = [b for seg in spyre_memory._snapshot()["segments"] for b in seg["blocks"]]
+    assert [(b["size"], b["state"]) for b in blocks] == [
+        (MiB, "inactive"), (KiB, "active_allocated"), (SMALL_SEGMENT - MiB - KiB, "inactive")]
+    del y
+    assert floats(MiB).data_ptr() == x_ptr  # the merged segment's first block again
+
+
+def test_frees_from_many_threads_merge_back_into_whole_segments():
+    # Blocks freed concurrently without the lock, in any order, are merged with
+    # their neighbours as the locked frees were: the segments end whole.
+    sizes = [(1 + (i * 7919) % 97) * KiB for i in range(400)]
+    tensors = [floats(n) for n in sizes]
+    reserved = torch.accelerator.memory_reserved()
+    barrier = threading.Barrier(2)
+
+    def drop(own):
+        barrier.wait()
+        own.clear()
+
+    halves = [tensors[0::2], tensors[1::2]]
+    del tensors
+    threads = [threading.Thread(target=drop, args=(half,)) for half in halves]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    expect_stats(allocated_bytes__all__current=0, active_bytes__all__current=0,
+                 inactive_split__all__current=0, inactive_split_bytes__all__current=0,
+                 allocation__all__freed=400)
+    assert torch.accelerator.memory_reserved() == reserved
+    assert all(len(seg["blocks"]) == 1 for seg in spyre_memory._snapshot()["segments"])
 
 
 FAILING_NEW = """
