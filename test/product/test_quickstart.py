@@ -8,8 +8,8 @@ file and ending with the durations summary.
 The clone and its first command are test/_fresh_clone.py's, made once per run (the wheel test
 builds from the same clone). The `python3` on that PATH is this interpreter, which has torch
 2.13.0: the scripts' venv uses it from where it is instead of installing it again. Slow: the
-clone builds the whole extension (ccache, when the caller has it on PATH, makes that cheaper:
-the clone lives under the checkout's build/, inside the same ccache base folder).
+clone builds the whole extension (ccache, the system's or the one the scripts install into
+.venv/, makes that cheaper: the clone's files hash relative to its folder, as the checkout's do).
 A missing prerequisite stops the setup at once with one line (fast tests, nothing built).
 """
 
