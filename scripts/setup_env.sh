@@ -59,6 +59,11 @@ PY
     if [ -n "$torch_dir" ]; then
         site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         echo "$torch_dir" > "$site/python3-packages.pth"
+        # torch itself is linked into the venv as well: its headers then sit where a
+        # pip-installed torch's would, at the same place relative to this folder, so
+        # ccache's objects of one copy of the checkout serve another. (pip never writes
+        # through the link: torch is pinned, and found installed.)
+        ln -sfn "$torch_dir/torch" "$site/torch"
         phase "using the torch $TORCH installed in $torch_dir"
     fi
 fi
