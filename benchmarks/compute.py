@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from measure import Row, at_most, interleaved, median
+from measure import REPORT, Row, at_most, interleaved, median
 
 SLEEP_MS = 50.0
 
@@ -47,6 +47,30 @@ def train_step(model, opt, x, target):
     torch.nn.functional.cross_entropy(model(x), target).backward()
     opt.step()
     torch.spyre.synchronize()
+
+
+def make_gpt2(device):
+    """A small GPT-2 (transformers, random weights) and an 8-token prompt on `device`, or
+    None without transformers (an optional test dependency)."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=1000,
+                                     n_positions=64)
+    model = transformers.GPT2LMHeadModel(config).to(device).eval()
+    ids = torch.randint(0, config.vocab_size, (1, 8)).to(device)
+    return model, ids
+
+
+def generate(model, ids):
+    """24 new tokens, greedy, as a chat loop makes them (one forward per token)."""
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=24, min_new_tokens=24, do_sample=False,
+                             pad_token_id=0)
+    return out.cpu()
 
 
 def queue_behind_sleep(stream, y):
@@ -125,6 +149,15 @@ def rows(quick, repeats, selected):
         ours, ref = interleaved("train_step(*dev)", "train_step(*cpu)", namespace,
                                 2 if quick else 20, repeats)
         result.append(Row("compute.mlp_train_step", ours, ref, "ns", "cpu step", at_most(2)))
+    if selected("compute.gpt2_generate"):
+        dev, cpu = make_gpt2("spyre"), make_gpt2("cpu")
+        if dev is not None:
+            assert torch.equal(generate(*dev), generate(*cpu)), "GPT-2 generates other tokens"
+            namespace.update(generate=generate, dev=dev, cpu=cpu)
+            ours, ref = interleaved("generate(*dev)", "generate(*cpu)", namespace,
+                                    1 if quick else 5, repeats)
+            result.append(Row("compute.gpt2_generate", ours, ref, "ns", "cpu generate",
+                              REPORT))
     if selected("compute.two_streams"):
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # one engine per stream, one core each

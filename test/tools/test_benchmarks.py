@@ -1,6 +1,7 @@
 """Issue 9: the benchmark code runs and reports every row. Structure only:
 speed is never asserted in tests (benchmarks/run.py prints PASS/MISS)."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -58,6 +59,9 @@ ROWS = {
     "process.first_pass_new_shapes",
     "timing.card_add_1k",
 }
+# transformers is an optional test dependency (the README's scripts install it).
+if importlib.util.find_spec("transformers") is not None:
+    ROWS.add("compute.gpt2_generate")
 
 
 @pytest.mark.slow
