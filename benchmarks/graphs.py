@@ -40,7 +40,7 @@ def rows(quick, repeats, selected):
         ours, ref = interleaved("replay(graph)", "add_chain(a, b)", namespace,
                                 10 if quick else 100, repeats)
         result.append(Row("graphs.replay_100_adds", ours, ref, "ns", "100 cpu a + b",
-                          at_most(0.5)))
+                          at_most(0.3)))
     if selected("graphs.transformer_block"):
         (block, x), (cpu_block, cpu_x) = make_block("spyre"), make_block("cpu")
         namespace.update(dev=torch.compile(block, mode="reduce-overhead"), dx=x,

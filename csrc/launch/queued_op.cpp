@@ -130,6 +130,7 @@ void QueuedOp::prepareReplay() {
     replay_outputs.push_back(outputs[k].empty() ? c10::IValue() : outputAlias(k, /*fresh=*/true));
     if (out_variant) replay_stack.push_back(replay_outputs.back());
   }
+  if (!copy_results) replay_kernel = resolveReplayKernel(cpu_op, replay_stack);
 }
 
 // out <- result, which must be what the meta kernel said (copy_ would
@@ -186,6 +187,11 @@ bool QueuedOp::mayForkTeam() const {
 void QueuedOp::run() {
   CpuKernelScope scope(num_threads, on_engine ? KernelSide::Engine : KernelSide::Host,
                        on_engine && may_fork_team);
+  const bool to_dl16 = C10_UNLIKELY(dl16Writes());
+  if (replay_kernel != nullptr && !to_dl16) {
+    replay_kernel->run();  // a stub's loop: it neither warns nor records
+    return;
+  }
   t_aliases.next = 0;
   at::DisableRecordFunctionGuard no_profiling;  // profiler callbacks may be Python
   // On an engine nobody hears a warning: the host repeats those of the
@@ -200,7 +206,6 @@ void QueuedOp::run() {
   // DLFloat16 numerics: the slots the op writes in place, found before the
   // arguments are moved into the stack; rounded with the outputs below.
   c10::SmallVector<const Slot*, 2> written;
-  const bool to_dl16 = C10_UNLIKELY(dl16Writes());
   if (to_dl16) {
     const Stack& arguments = replayable ? replay_stack : args;
     for (const Slot& slot : slots) {
@@ -285,6 +290,7 @@ void clearForReuse(QueuedOp& op) {
   op.output_is_list.clear();
   op.out_variant = op.copy_results = op.on_engine = op.contracts = false;
   op.replayable = op.result_mismatch = false;
+  op.replay_kernel.reset();
   op.may_fork_team = true;
   op.num_threads = 0;
   op.next_retired = nullptr;

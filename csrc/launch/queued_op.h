@@ -14,6 +14,7 @@
 #include <c10/util/SmallVector.h>
 
 #include "launch/plan.h"
+#include "launch/replay_kernel.h"
 #include "launch/verified_signatures.h"
 #include "launch/tensor_ref.h"
 #include "runtime/stream.h"
@@ -46,6 +47,9 @@ struct QueuedOp {
   bool replayable = false;
   Stack replay_stack;
   c10::SmallVector<c10::IValue, 1> replay_outputs;  // outputAlias(k), for copy_results
+  // The node's kernel resolved at capture (replay_kernel.h), when it has one:
+  // run() then runs only its loop.
+  std::shared_ptr<ReplayKernel> replay_kernel;
   // Set by run() when a result of the functional op is not the output the
   // meta kernel described (its size or dtype): the meta kernel and CPU's
   // disagree, so the plan cannot be launched.

@@ -7,6 +7,7 @@
 #include "aten/autograd_exit.h"
 #include "launch/plan.h"
 #include "launch/queued_op.h"
+#include "launch/replay_kernel.h"
 #include "device/allocator.h"
 #include "device/card_rules.h"
 #include "python/bindings.h"
@@ -172,6 +173,8 @@ void bindDeviceProperties(py::module_& m) {
   }, "How the calling thread's launch plans were made (tests).");
   m.def("_retired_work", &launch::retiredWorkCount,
         "Works that ran on an engine and wait for the host to free them (tests).");
+  m.def("_replay_kernels_resolved", &launch::replayKernelsResolved,
+        "Graph nodes whose kernel was resolved at capture (launch/replay_kernel.h; tests).");
   m.def("_block_objects_made", &blockObjectsMade,
         "Block objects the caching allocator has allocated (tests).");
   m.def("_card_rules", &cardRules);
