@@ -48,7 +48,7 @@ struct QueuedOp {
   Stack replay_stack;
   c10::SmallVector<c10::IValue, 1> replay_outputs;  // outputAlias(k), for copy_results
   // The node's kernel resolved at capture (replay_kernel.h), when it has one:
-  // run() then runs only its loop.
+  // run() then runs only its loop. Shared: scratch runs copy the op.
   std::shared_ptr<ReplayKernel> replay_kernel;
   // Set by run() when a result of the functional op is not the output the
   // meta kernel described (its size or dtype): the meta kernel and CPU's

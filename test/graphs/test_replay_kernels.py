@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torch_spyre  # noqa: F401
+from _helpers import wait_until
 
 pytestmark = pytest.mark.usefixtures("drained_device")
 
@@ -120,9 +121,9 @@ def test_graphs_replayed_from_two_threads_each_compute_their_own():
     threads = [threading.Thread(target=replay, args=(g,)) for g, _ in graphs]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads) and errors == []
+    wait_until(lambda: not any(t.is_alive() for t in threads), timeout=60,
+               what="both threads' replays")
+    assert errors == []
     torch.spyre.synchronize()
     assert graphs[0][1].cpu().unique().tolist() == [3.0]
     assert graphs[1][1].cpu().unique().tolist() == [9.0]
