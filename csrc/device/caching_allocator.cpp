@@ -97,6 +97,7 @@ flex::RuntimeStream* DeviceCachingAllocator::handleLocked(c10::StreamId stream,
 
 DeviceBlock* DeviceCachingAllocator::malloc(size_t nbytes, c10::DeviceIndex device) {
   const c10::StreamId stream = getCurrentStream(device).id();
+  if (DeviceBlock* block = takeReusableFree(nbytes, stream, device)) return block;
   Context context = history_.gather(RecordContext::STATE);  // before the lock: may take the GIL
   std::unique_lock<std::mutex> lock = lockAndDrain();
   // The stream's capture pool, read under this lock: a graph releases its
@@ -255,11 +256,11 @@ void DeviceCachingAllocator::free(DeviceBlock* block) noexcept {
   if (C10_LIKELY(!std::atomic_ref<bool>(block->used_elsewhere).load(std::memory_order_relaxed) &&
                  !history_on_.load(std::memory_order_relaxed) &&
                  !c10::memoryProfilingEnabled())) {
-    DeviceBlock* head = unlocked_frees_.load(std::memory_order_relaxed);
-    do {
-      block->next_unlocked_free = head;
-    } while (!unlocked_frees_.compare_exchange_weak(head, block, std::memory_order_release,
-                                                    std::memory_order_relaxed));
+    if (block->private_pool == nullptr) {
+      block = reusable_free_.exchange(block, std::memory_order_acq_rel);
+      if (block == nullptr) return;
+    }
+    pushUnlockedFree(block);
     return;
   }
   // Before the lock: may take the GIL. Null on an engine thread (no Python
@@ -292,11 +293,75 @@ void DeviceCachingAllocator::releaseLocked(DeviceBlock* block, const Context& co
     block->deferred = true;
     block->next_deferred = deferred_;
     deferred_ = block;
+    noteWaitingBlocksLocked();
   }
   if (!block->deferred && block->event_count == 0) freeBlockLocked(block, context);
 }
 
+void DeviceCachingAllocator::pushUnlockedFree(DeviceBlock* block) noexcept {
+  DeviceBlock* head = unlocked_frees_.load(std::memory_order_relaxed);
+  do {
+    block->next_unlocked_free = head;
+  } while (!unlocked_frees_.compare_exchange_weak(head, block, std::memory_order_release,
+                                                  std::memory_order_relaxed));
+}
+
+DeviceBlock* DeviceCachingAllocator::takeReusableFree(size_t nbytes, c10::StreamId stream,
+                                                      c10::DeviceIndex device) {
+  if (reusable_free_.load(std::memory_order_relaxed) == nullptr ||
+      waiting_blocks_.load(std::memory_order_relaxed) ||
+      history_on_.load(std::memory_order_relaxed) || c10::memoryProfilingEnabled() ||
+      capture::anyCapture()) {
+    return nullptr;
+  }
+  DeviceBlock* block = reusable_free_.exchange(nullptr, std::memory_order_acquire);
+  if (block == nullptr) return nullptr;
+  if (block->stream != stream || block->device != device || block->requested_size != nbytes) {
+    pushUnlockedFree(block);  // an ordinary unlocked free: the lock takes it
+    return nullptr;
+  }
+  // Handed out again: as splitAndActivateLocked leaves a block (used_elsewhere
+  // is false: the unlocked free requires it).
+  for (uint64_t& bits : block->recorded_bits) {
+    std::atomic_ref<uint64_t>(bits).store(0, std::memory_order_relaxed);
+  }
+  UnlockedReuses& reuses = unlocked_reuses_[block->small ? 0 : 1];
+  reuses.count.fetch_add(1, std::memory_order_relaxed);
+  reuses.bytes.fetch_add(static_cast<int64_t>(block->size), std::memory_order_relaxed);
+  reuses.requested.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+  return block;
+}
+
+void DeviceCachingAllocator::foldUnlockedReusesLocked() noexcept {
+  for (const bool small : {true, false}) {
+    UnlockedReuses& reuses = unlocked_reuses_[small ? 0 : 1];
+    if (reuses.count.load(std::memory_order_relaxed) == 0) continue;
+    // A free and an allocation of the same block: counted, current unchanged.
+    const auto count = static_cast<size_t>(reuses.count.exchange(0, std::memory_order_relaxed));
+    const auto bytes = static_cast<size_t>(reuses.bytes.exchange(0, std::memory_order_relaxed));
+    const auto requested =
+        static_cast<size_t>(reuses.requested.exchange(0, std::memory_order_relaxed));
+    for (const StatType type :
+         {StatType::AGGREGATE, small ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
+      const auto index = static_cast<size_t>(type);
+      for (const auto& [array, amount] :
+           {std::pair{&stats_.allocation, count}, std::pair{&stats_.active, count},
+            std::pair{&stats_.allocated_bytes, bytes}, std::pair{&stats_.active_bytes, bytes},
+            std::pair{&stats_.requested_bytes, requested}}) {
+        (*array)[index].allocated += static_cast<int64_t>(amount);
+        (*array)[index].freed += static_cast<int64_t>(amount);
+      }
+    }
+  }
+}
+
 void DeviceCachingAllocator::drainUnlockedFreesLocked() noexcept {
+  foldUnlockedReusesLocked();
+  if (reusable_free_.load(std::memory_order_relaxed) != nullptr) {
+    if (DeviceBlock* block = reusable_free_.exchange(nullptr, std::memory_order_acquire)) {
+      releaseLocked(block, nullptr);
+    }
+  }
   if (unlocked_frees_.load(std::memory_order_relaxed) == nullptr) return;
   DeviceBlock* block = unlocked_frees_.exchange(nullptr, std::memory_order_acquire);
   // Most recent first: the pools, merges and stats end the same in any order.
@@ -322,6 +387,7 @@ void DeviceCachingAllocator::retryDeferredLocked() {
     block->next_deferred = nullptr;
     block->deferred = false;
     if (block->event_count == 0) freeBlockLocked(block);
+    noteWaitingBlocksLocked();
   }
 }
 
@@ -376,6 +442,7 @@ void DeviceCachingAllocator::insertEventsLocked(DeviceBlock* block) {
     if (pending) {
       events_[id].push_back({std::move(event), block});
       ++block->event_count;
+      noteWaitingBlocksLocked();
     }
     uses.pop_back();
   }
@@ -403,6 +470,11 @@ void DeviceCachingAllocator::processEventsLocked() {
     }
     it = queue.empty() ? events_.erase(it) : std::next(it);
   }
+  noteWaitingBlocksLocked();
+}
+
+void DeviceCachingAllocator::noteWaitingBlocksLocked() noexcept {
+  waiting_blocks_.store(!events_.empty() || deferred_ != nullptr, std::memory_order_relaxed);
 }
 
 DeviceCachingAllocator::Pool& DeviceCachingAllocator::poolOf(const DeviceBlock* block) {
@@ -538,6 +610,7 @@ void DeviceCachingAllocator::releaseCachedBlocks(const Context& context) {
       for (PendingEvent& entry : queue) pending.push_back(std::move(entry));
     }
     events_.clear();
+    noteWaitingBlocksLocked();  // those blocks wait below, outside every pool
     for (auto& [id, event] : settled_events_) settled.push_back(std::move(event));
     settled_events_.clear();
     ++stats_.num_sync_all_streams;

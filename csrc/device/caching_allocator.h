@@ -23,12 +23,24 @@
 //   so a snapshot finds every block; with history on, blocks and segments
 //   keep the context of their allocation and actions go to the trace.
 //
-// One mutex guards everything, with one exception: free() of a block used on
-// its allocation stream only takes no lock when nothing observes frees as they
-// happen (no memory history, no memory profiling). It pushes the block on a
-// lock-free list (unlocked_frees_), and every call that takes the lock returns
-// those blocks to their pools, with their stats, before it reads or changes
-// anything: what any caller sees is as if each free had taken the lock.
+// One mutex guards everything, with two exceptions, taken only while nothing
+// observes frees and allocations as they happen (no memory history, no memory
+// profiling):
+// - free() of a block used on its allocation stream only takes no lock. It
+//   pushes the block on a lock-free list (unlocked_frees_), and every call that
+//   takes the lock returns those blocks to their pools, with their stats,
+//   before it reads or changes anything: what any caller sees is as if each
+//   free had taken the lock.
+// - The latest such block of a common pool waits in one slot
+//   (reusable_free_) instead: a malloc() on its stream asking for the size it
+//   was asked for, outside any capture, takes it back without the lock (a loop
+//   of same-shaped ops reuses one block, as the pools would, without merging
+//   and splitting it). Its stats are counted lock-free and folded into the
+//   stats by the next call that takes the lock: allocations and frees counted,
+//   nothing else changes (the block was allocated, with that size, before).
+//   Not while blocks wait for events or a deferred free (waiting_blocks_):
+//   such a malloc() takes the lock, which returns those that are done to
+//   their pools first, as CUDA's does.
 //
 // No wait on device work happens under the mutex (no
 // lock is held across a wait): a wait lasts as long as the queued work, and
@@ -218,6 +230,8 @@ class DeviceCachingAllocator {
   // Retries the deferred frees (may throw: called where throwing is allowed).
   void retryDeferredLocked();
   void processEventsLocked();
+  // waiting_blocks_, after events_ or deferred_ changed.
+  void noteWaitingBlocksLocked() noexcept;
   // Card timing: keeps `event` (complete) as `id`'s latest settled event.
   void keepSettledLocked(c10::StreamId id, std::unique_ptr<flex::RuntimeEvent> event);
   // The locked part of free(): stats, events, the block back to its pool.
@@ -229,6 +243,13 @@ class DeviceCachingAllocator {
   void drainUnlockedFreesLocked() noexcept;
   // The lock, taken, with the unlocked frees drained.
   std::unique_lock<std::mutex> lockAndDrain();
+  // Pushes `block` on unlocked_frees_.
+  void pushUnlockedFree(DeviceBlock* block) noexcept;
+  // reusable_free_'s block when it answers this request (see the top of this
+  // file), or nullptr.
+  DeviceBlock* takeReusableFree(size_t nbytes, c10::StreamId stream, c10::DeviceIndex device);
+  // Adds the lock-free reuses to stats_.
+  void foldUnlockedReusesLocked() noexcept;
   // `context`: the free's, when the host asked for it now (memory history).
   void freeBlockLocked(DeviceBlock* block, const Context& context = nullptr);
   size_t mergeLocked(DeviceBlock* into, DeviceBlock* neighbour, Pool& pool);
@@ -269,6 +290,17 @@ class DeviceCachingAllocator {
   DeviceBlock* deferred_ = nullptr;  // see DeviceBlock::deferred
   // Blocks free() released without the lock, most recent first.
   std::atomic<DeviceBlock*> unlocked_frees_{nullptr};
+  // The latest of them, when of a common pool: see the top of this file.
+  std::atomic<DeviceBlock*> reusable_free_{nullptr};
+  // Whether events_ or deferred_ holds blocks (noteWaitingBlocksLocked).
+  std::atomic<bool> waiting_blocks_{false};
+  // Reuses of reusable_free_ not yet in stats_, per pool (small, large).
+  struct UnlockedReuses {
+    std::atomic<int64_t> count{0};
+    std::atomic<int64_t> bytes{0};      // block sizes
+    std::atomic<int64_t> requested{0};  // requested sizes
+  };
+  std::array<UnlockedReuses, 2> unlocked_reuses_;
   // history_.recordingLocked(), readable without the lock.
   std::atomic<bool> history_on_{false};
   DeviceBlock* spare_blocks_ = nullptr;  // kept block objects, linked through `next`

@@ -273,6 +273,36 @@ def test_pool_holds_capture_allocations_until_reset(empty_device):
     assert torch.accelerator.memory_reserved() == 2 << 20  # x's segment only
 
 
+def test_same_sized_reuse_never_crosses_between_a_graphs_pool_and_the_common_pools(empty_device):
+    # The allocator hands a just-freed block back to the next allocation of its size
+    # on its stream without its lock (docs/tensors.md, "Device allocator"): never
+    # into a capture, which allocates from the graph's pool, and never a block of a
+    # graph's pool to an allocation outside a capture.
+    s = torch.Stream(device="spyre")
+    x = torch.zeros(256, device="spyre")
+    s.wait_stream(torch.accelerator.current_stream())  # x is read on s
+    with s:
+        keep = torch.empty(256, device="spyre")  # the capture's empty_cache() keeps the segment
+        common = torch.empty(256, device="spyre")
+        common_ptr = common.data_ptr()
+        g = torch.accelerator.Graph()
+        with g:
+            del common  # the next 1 KiB allocation on s would take it back, but for the capture
+            y = x + 1
+        assert y.data_ptr() != common_ptr
+        pools = {seg["segment_pool_id"] for seg in torch.spyre.memory._snapshot()["segments"]
+                 if seg["address"] <= y.data_ptr() < seg["address"] + seg["total_size"]}
+        assert pools == {g.pool()}
+        y_ptr = y.data_ptr()
+        del y  # back to the graph's pool, not to the common ones
+        again = torch.empty(256, device="spyre")
+        assert again.data_ptr() == common_ptr
+        other = torch.empty(256, device="spyre")
+        assert other.data_ptr() != y_ptr
+    del again, other, keep
+    g.reset()
+
+
 def test_graphs_share_a_pool(empty_device):
     x = torch.zeros(256, device="spyre")
     s = torch.Stream(device="spyre")
