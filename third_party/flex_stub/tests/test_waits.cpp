@@ -115,3 +115,43 @@ TEST(round_trips_from_many_threads_complete_with_few_engines) {
   CHECK_EQ(done, std::vector<int>(kThreads, kTrips));
   CHECK_EQ(context->properties().engines, 2u);
 }
+
+// An engine that drained a stream keeps it for the host's next launch
+// (FLEX_STUB_STREAM_LINGER_US, made long here so that no timing decides): a
+// launch in that window finds the stream running and hands nothing to the
+// scheduler; another stream waiting for the only engine ends the window.
+TEST(a_drained_stream_is_kept_for_the_next_launch_until_another_stream_waits) {
+  util::setEnv("FLEX_STUB_ENGINES", "1");
+  util::setEnv("FLEX_STUB_STREAM_LINGER_US", "60000000");
+  auto* context = util::context();
+  RuntimeStream* kept = context->createStream();
+  std::atomic<int> ran{0};
+  util::compute(kept, [&ran] { ++ran; });
+  WAIT_UNTIL(kept->query());  // polled: no synchronize() caller is woken
+  const uint64_t made_ready = flex::test::streamsMadeReady();
+  for (int i = 0; i < 10; ++i) {
+    util::compute(kept, [&ran] { ++ran; });
+    WAIT_UNTIL(kept->query());
+  }
+  CHECK_EQ(ran.load(), 11);
+  CHECK_EQ(flex::test::streamsMadeReady(), made_ready);  // the engine never let go
+  // The one engine leaves `kept` for a stream that waits: its op runs.
+  RuntimeStream* other = context->createStream();
+  util::compute(other, [&ran] { ++ran; });
+  WAIT_UNTIL(other->query());
+  CHECK_EQ(ran.load(), 12);
+  CHECK_EQ(flex::test::streamsMadeReady(), made_ready + 1);
+}
+
+TEST(with_no_linger_every_launch_on_a_drained_stream_goes_through_the_scheduler) {
+  util::setEnv("FLEX_STUB_STREAM_LINGER_US", "0");
+  RuntimeStream* stream = util::context()->createStream();
+  const uint64_t made_ready = flex::test::streamsMadeReady();
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10; ++i) {
+    util::compute(stream, [&ran] { ++ran; });
+    WAIT_UNTIL(stream->query());
+  }
+  CHECK_EQ(ran.load(), 10);
+  CHECK_EQ(flex::test::streamsMadeReady(), made_ready + 10);
+}
