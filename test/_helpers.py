@@ -27,6 +27,18 @@ def wait_until(condition, timeout=30, what=None, interval=0.001):
         time.sleep(interval)
 
 
+def run_threads(target, args_list, timeout=60):
+    """Runs target(*args) on one thread per entry of `args_list` and joins them all;
+    fails the test if one is still running after `timeout` seconds (times the load factor)."""
+    import threading
+
+    threads = [threading.Thread(target=target, args=args) for args in args_list]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: not any(thread.is_alive() for thread in threads), timeout,
+               what=f"{len(threads)} threads running {target.__name__}")
+
+
 # Source of wait_until for code run by run_python (raises AssertionError; the same load factor).
 WAIT_UNTIL = f'''
 def wait_until(condition, timeout=30, what=None, interval=0.001):

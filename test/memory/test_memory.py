@@ -14,7 +14,7 @@ import torch_spyre
 from torch_spyre import memory as spyre_memory
 from torch_spyre.testing import Gate
 
-from _helpers import build_shared_library
+from _helpers import build_shared_library, run_threads
 from conftest import run_python
 
 KiB = 1 << 10
@@ -421,11 +421,7 @@ def test_threads_allocating_copying_and_freeing_on_their_own_streams():
         except Exception as e:  # reported below: a thread's exception is otherwise lost
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(worker, [(i,) for i in range(4)])
     assert errors == []
     torch.spyre.synchronize()
     torch.accelerator.empty_cache()
@@ -521,12 +517,7 @@ def test_same_sized_allocations_and_frees_from_two_threads_never_share_a_block()
         except Exception as e:  # reported below: a thread's exception is otherwise lost
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not any(thread.is_alive() for thread in threads)
+    run_threads(worker, [(i,) for i in range(2)], timeout=120)
     assert errors == []
     expect_stats(allocation__all__allocated=2 * rounds, allocation__all__freed=2 * rounds,
                  allocated_bytes__all__allocated=2 * rounds * KiB,
@@ -548,12 +539,7 @@ def test_frees_from_many_threads_merge_back_into_whole_segments():
 
     halves = [tensors[0::2], tensors[1::2]]
     del tensors
-    threads = [threading.Thread(target=drop, args=(half,)) for half in halves]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads)
+    run_threads(drop, [(half,) for half in halves])
     expect_stats(allocated_bytes__all__current=0, active_bytes__all__current=0,
                  inactive_split__all__current=0, inactive_split_bytes__all__current=0,
                  allocation__all__freed=400)
