@@ -391,19 +391,24 @@ def test_debug_dump_writes_the_captured_operations(tmp_path):
     path = tmp_path / "graph.dot"
     g.debug_dump(str(path))
     a, b = s.stream_id, side.stream_id
+    clusters = {
+        a: (f"  subgraph cluster_stream_{a} {{\n"
+            f"    label=\"stream id={a}\";\n"
+            "    n0 [label=\"0: aten::add_\\n0 bytes\"];\n"
+            "    n2 [label=\"2: aten::mul\\n8 bytes\"];\n"
+            "    n3 [label=\"3: aten::add\\n8 bytes\"];\n"
+            "  }\n"),
+        b: (f"  subgraph cluster_stream_{b} {{\n"
+            f"    label=\"stream id={b}\";\n"
+            "    n1 [label=\"1: aten::mul\\n8 bytes\"];\n"
+            "  }\n"),
+    }
+    # One cluster per stream, in stream id order (the pool's ids wrap around: either may
+    # come first, depending on the streams the process made before).
     assert path.read_text() == (
         "digraph spyre_graph {\n"
         "  node [shape=box];\n"
-        f"  subgraph cluster_stream_{a} {{\n"
-        f"    label=\"stream id={a}\";\n"
-        "    n0 [label=\"0: aten::add_\\n0 bytes\"];\n"
-        "    n2 [label=\"2: aten::mul\\n8 bytes\"];\n"
-        "    n3 [label=\"3: aten::add\\n8 bytes\"];\n"
-        "  }\n"
-        f"  subgraph cluster_stream_{b} {{\n"
-        f"    label=\"stream id={b}\";\n"
-        "    n1 [label=\"1: aten::mul\\n8 bytes\"];\n"
-        "  }\n"
+        + "".join(clusters[k] for k in sorted(clusters)) +
         "  n0 -> n1;\n"
         "  n0 -> n2;\n"
         "  n1 -> n3;\n"
