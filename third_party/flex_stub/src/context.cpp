@@ -28,8 +28,6 @@ detail::SchedulerConfig schedulerConfigFromEnv() {
   config.dma_engines =
       static_cast<size_t>(detail::envInt("FLEX_STUB_DMA_ENGINES", cores, 1, 1024));
   config.fault_after = detail::envInt("FLEX_STUB_FAULT_AFTER", -1, 0, INT64_MAX);
-  config.stream_linger = std::chrono::microseconds(
-      detail::envInt("FLEX_STUB_STREAM_LINGER_US", 3, 0, 60'000'000));
   return config;
 }
 

@@ -68,7 +68,6 @@ void Scheduler::startEngineLocked() {
 }
 
 void Scheduler::makeReady(RuntimeStream::Impl* stream) {
-  made_ready_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_.load(std::memory_order_relaxed)) return;  // shutdown abandons it
   pushReadyLocked(stream);
@@ -207,7 +206,7 @@ bool Scheduler::runGraph(RuntimeStream::Impl* stream, const Op& launch, std::str
 bool Scheduler::awaitMoreWork(RuntimeStream::Impl* stream, std::unique_lock<std::mutex>& lock) {
   const uint64_t launched = stream->launched.load(std::memory_order_relaxed);
   lock.unlock();
-  const Clock::time_point deadline = Clock::now() + config_.stream_linger;
+  const Clock::time_point deadline = Clock::now() + kLingerTime;
   while (stream->launched.load(std::memory_order_relaxed) == launched &&
          ready_count_[0].load(std::memory_order_relaxed) == 0 &&
          ready_count_[1].load(std::memory_order_relaxed) == 0 &&
@@ -220,14 +219,13 @@ bool Scheduler::awaitMoreWork(RuntimeStream::Impl* stream, std::unique_lock<std:
 
 bool Scheduler::runStream(RuntimeStream::Impl* stream) {
   std::unique_lock<std::mutex> lock(stream->mutex);
-  // Once an operation ran, the stream is kept a moment for the host's next
-  // launch (awaitMoreWork), unless a synchronize() caller was just woken.
-  bool ran = false;
+  // The host looks like it is launching in a loop when operations were queued
+  // behind the one taken and no synchronize() caller was just woken.
+  bool backlog = false;
   bool woke_waiter = false;
   for (;;) {
     const bool drained =
-        stream->queue.empty() && !(ran && !woke_waiter && config_.stream_linger.count() > 0 &&
-                                   awaitMoreWork(stream, lock));
+        stream->queue.empty() && !(backlog && !woke_waiter && awaitMoreWork(stream, lock));
     if (drained || stopping_.load(std::memory_order_relaxed)) {
       stream->state = State::Idle;  // on shutdown the queue is abandoned afterwards
       return false;
@@ -258,10 +256,10 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
         trace::record(*stream, wait, now, now);
       }
       woke_waiter = stream->completeLocked(1);
-      ran = true;
     } else {
       stream->state = State::Running;
       Op op = stream->queue.pop_front();
+      backlog = backlog || !stream->queue.empty();
       lock.unlock();
       const bool ok = runOp(stream, std::move(op), message);
       lock.lock();
@@ -270,7 +268,6 @@ bool Scheduler::runStream(RuntimeStream::Impl* stream) {
         return false;
       }
       woke_waiter = stream->completeLocked(1);
-      ran = true;
     }
     if (!stream->queue.empty() && shouldYield(stream->priority)) {
       stream->state = State::Ready;

@@ -26,9 +26,6 @@ struct SchedulerConfig {
   double dma_bytes_per_ns = 0;     // FLEX_STUB_DMA_GBPS (1 GB/s == 1 byte/ns); 0: memcpy speed
   size_t dma_engines = 1;          // FLEX_STUB_DMA_ENGINES: threads sharing one large copy
   int64_t fault_after = -1;        // FLEX_STUB_FAULT_AFTER; -1: off
-  // FLEX_STUB_STREAM_LINGER_US: how long an engine keeps a drained stream
-  // (awaitMoreWork); 0: it goes idle at once.
-  std::chrono::nanoseconds stream_linger{3000};
 };
 
 class Scheduler {
@@ -40,8 +37,6 @@ class Scheduler {
   // Queues `stream` (state already set to Ready) and wakes an idle engine, or
   // starts one if none is idle and the cap allows.
   void makeReady(RuntimeStream::Impl* stream);
-  // How many times makeReady() ran (an idle stream handed to the scheduler).
-  uint64_t madeReady() const { return made_ready_.load(std::memory_order_relaxed); }
   // Continuation of a completion: the stream parked at operation `token` may go on.
   void resume(RuntimeStream::Impl* stream, uint64_t token);
 
@@ -72,14 +67,15 @@ class Scheduler {
   // Runs operations of `stream` until it empties, parks, fails, or has to yield
   // to another ready stream. Returns true when it must be requeued.
   bool runStream(RuntimeStream::Impl* stream);
-  // Called with `stream` locked and its queue empty after it ran operations,
-  // unless a synchronize() caller was just woken. The engine keeps the stream
-  // (still Running) for up to config_.stream_linger, yielding its core, in case more
-  // launches follow: a host launching in a loop then finds the stream running
-  // and neither takes the scheduler's lock nor wakes an engine, each time the
-  // engine catches up with it. Cut short when another stream waits for an
-  // engine. Returns true when work arrived.
+  // Called with `stream` locked and its queue empty after a backlog, when the
+  // host looks like it is launching in a loop. The engine keeps the stream
+  // (still Running) for up to kLingerTime, yielding its core, in case more
+  // launches follow: the host then finds the stream running and skips waking
+  // an engine, a futex call that would cost it microseconds each time the
+  // engine catches up. Cut short when another stream waits for an engine.
+  // Returns true when work arrived.
   bool awaitMoreWork(RuntimeStream::Impl* stream, std::unique_lock<std::mutex>& lock);
+  static constexpr std::chrono::nanoseconds kLingerTime{3000};
   // Executes one operation outside any lock; the op is destroyed before return.
   bool runOp(RuntimeStream::Impl* stream, Op op, std::string& error);
   // A graph launch: its nodes in order, each traced as its own operation.
@@ -95,7 +91,6 @@ class Scheduler {
   const ThreadCpus cpus_;  // the creating thread's: every engine starts with them
   DmaEngines dma_;
   std::atomic<int64_t> executed_ops_{0};  // for FLEX_STUB_FAULT_AFTER
-  std::atomic<uint64_t> made_ready_{0};   // makeReady() calls: flex::test::streamsMadeReady()
   std::atomic<bool> stopping_{false};
 
   mutable std::mutex mutex_;

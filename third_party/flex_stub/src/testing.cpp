@@ -65,9 +65,4 @@ uint64_t cardCompactions() {
   return clock ? clock->compactions() : 0;
 }
 
-uint64_t streamsMadeReady() {
-  const RuntimeContext* context = RuntimeContext::get();
-  return context ? context->impl()->scheduler.madeReady() : 0;
-}
-
 }  // namespace flex::test

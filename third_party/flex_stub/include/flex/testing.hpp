@@ -50,10 +50,6 @@ uint64_t completedOps(const RuntimeStream* stream);
 // context was created (0 without card timing): the merge is amortised.
 uint64_t cardCompactions();
 
-// How many times an idle stream was handed to the scheduler (a launch found
-// it idle, or a parked stream resumed) since the context was created.
-uint64_t streamsMadeReady();
-
 // The device fault report's tests. lockDeviceMemoryRegistry: the calling
 // thread holds the lock of the registry of device allocations (as an
 // allocation in progress does) until unlockDeviceMemoryRegistry from the same
